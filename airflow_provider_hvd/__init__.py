@@ -1,0 +1,33 @@
+"""airflow-provider-hvd: HorovodRunner for open-source Apache Spark, scheduled from Airflow.
+
+The runner core (``HorovodRunner``, ``log_to_driver``, checkpoints) needs only
+pyspark, cloudpickle and horovod; the Airflow layer lives in ``hooks``,
+``operators``, ``sensors`` and ``triggers``. Names are imported lazily so that
+Airflow's providers manager, which imports this package to read
+``get_provider_info``, does not pay for pyspark.
+"""
+
+from __future__ import annotations
+
+import importlib
+
+__version__ = "0.1.0"
+
+_LAZY = {
+    "HorovodRunner": "airflow_provider_hvd.runner.horovod_runner",
+    "log_to_driver": "airflow_provider_hvd.runner.rank_context",
+    "save_checkpoint": "airflow_provider_hvd.runner.checkpoint",
+    "load_checkpoint": "airflow_provider_hvd.runner.checkpoint",
+    "latest_checkpoint": "airflow_provider_hvd.runner.checkpoint",
+    "HorovodRunError": "airflow_provider_hvd.runner.errors",
+    "RankFailedError": "airflow_provider_hvd.runner.errors",
+    "PayloadError": "airflow_provider_hvd.runner.errors",
+}
+
+__all__ = ["__version__", *_LAZY]
+
+
+def __getattr__(name: str):
+    if name in _LAZY:
+        return getattr(importlib.import_module(_LAZY[name]), name)
+    raise AttributeError(f"module 'airflow_provider_hvd' has no attribute {name!r}")

@@ -1,0 +1,50 @@
+"""Prove the environment is real: horovod has PyTorch, MPI and Gloo; Spark runs a barrier stage.
+
+Run by scripts/setup.sh as its last step; exits non-zero naming what is missing.
+"""
+
+import os
+import re
+import shutil
+import subprocess
+import sys
+
+REQUIRED = ("PyTorch", "MPI", "Gloo")
+
+
+def check_horovod_build() -> None:
+    horovodrun = shutil.which("horovodrun", path=os.path.dirname(sys.executable))
+    if not horovodrun:
+        sys.exit("check_env: horovodrun is not installed in this environment; rerun scripts/setup.sh")
+    out = subprocess.run([horovodrun, "--check-build"], capture_output=True, text=True, check=False).stdout
+    enabled = set(re.findall(r"\[X\] (\S+)", out))
+    missing = [name for name in REQUIRED if name not in enabled]
+    if missing:
+        sys.exit(f"check_env: horovod was built without {', '.join(missing)}:\n{out}\n"
+                 "Delete the cached wheel (~/.cache/airflow-provider-hvd/wheels) and rerun scripts/setup.sh")
+    print(f"    horovod build has {', '.join(REQUIRED)}")
+
+
+def check_spark_barrier() -> None:
+    from pyspark.sql import SparkSession
+
+    spark = (SparkSession.builder.master("local[1]").appName("hvd-check-env")
+             .config("spark.ui.enabled", "false").getOrCreate())
+    try:
+        def task(_):
+            from pyspark import BarrierTaskContext
+            ctx = BarrierTaskContext.get()
+            ctx.barrier()
+            yield len(ctx.getTaskInfos())
+
+        got = spark.sparkContext.parallelize([0], 1).barrier().mapPartitions(task).collect()
+        if got != [1]:
+            sys.exit(f"check_env: the Spark barrier stage returned {got}, expected [1]")
+    finally:
+        spark.stop()
+    print("    a one-task Spark barrier stage ran")
+
+
+if __name__ == "__main__":
+    check_horovod_build()
+    check_spark_barrier()

@@ -1,0 +1,84 @@
+#!/usr/bin/env bash
+# One set-up path for README, CI and docker/: make .venv with Airflow, Spark,
+# torch, horovod (built from source, cached) and this package (editable), then
+# prove the environment is real. Idempotent: a second run takes seconds.
+#
+#   scripts/setup.sh            # or: make setup
+#
+# Environment knobs:
+#   VENV=.venv                  where the virtual environment lives
+#   PYTHON=python3              interpreter that creates it (>= 3.11)
+#   HVD_WHEEL_CACHE=...         horovod wheel cache (see scripts/build_horovod.sh)
+#   HVD_SKIP_CHECK=1            skip the final environment check
+set -euo pipefail
+
+repo=$(cd "$(dirname "$0")/.." && pwd)
+cd "$repo"
+VENV=${VENV:-.venv}
+PYTHON=${PYTHON:-python3}
+step_name=""
+
+step() { step_name=$1; echo "==> [setup] $1"; }
+fail() { echo "setup FAILED at step '$step_name': $1" >&2; exit 1; }
+trap 'rc=$?; [ $rc -ne 0 ] && [ -n "$step_name" ] && echo "setup FAILED at step \"$step_name\" (exit $rc); see the output above" >&2' EXIT
+
+as_root() { [ "$(id -u)" = 0 ]; }
+
+step "check Python and Java"
+"$PYTHON" -c 'import sys; sys.exit(sys.version_info < (3, 11))' \
+    || fail "$PYTHON is $("$PYTHON" -V 2>&1); Python >= 3.11 is needed. Set PYTHON=/path/to/python3.11"
+if ! command -v java >/dev/null 2>&1; then
+    if as_root; then
+        apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq openjdk-17-jre-headless \
+            || fail "apt-get could not install Java 17"
+    else
+        fail "Java 17 is missing (Spark needs it). Run: sudo apt-get install -y openjdk-17-jre-headless"
+    fi
+fi
+
+step "check OpenMPI"
+apt_pkgs=$("$PYTHON" scripts/versions.py apt)
+if ! command -v mpirun >/dev/null 2>&1 || ! command -v mpicxx >/dev/null 2>&1; then
+    if as_root; then
+        echo "    OpenMPI is missing; installing $apt_pkgs with apt-get"
+        apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $apt_pkgs >/dev/null \
+            || fail "apt-get could not install $apt_pkgs"
+    else
+        fail "OpenMPI is missing and this user is not root. Run: sudo apt-get update && sudo apt-get install -y $apt_pkgs"
+    fi
+fi
+
+step "create $VENV"
+[ -x "$VENV/bin/python" ] || "$PYTHON" -m venv "$VENV" || fail "could not create $VENV (on Debian: apt-get install python3-venv)"
+py="$repo/$VENV/bin/python"
+pip_q() { "$py" -m pip install -q --disable-pip-version-check "$@" 2> >(grep -v "is ignored: it is neither a file nor a directory" >&2); }
+
+torch_pin=$("$PYTHON" scripts/versions.py torch)
+horovod_pin=$("$PYTHON" scripts/versions.py horovod)
+
+step "install torch $torch_pin and horovod's build requirements"
+# horovod builds without isolation against the torch in this venv, so torch and
+# the build's own imports must be in place first.
+pip_q "torch==$torch_pin" numpy cloudpickle psutil pyyaml packaging cffi wheel "setuptools>=68" \
+    || fail "pip could not install torch==$torch_pin (the CPU wheel on this machine's disk, or PyPI)"
+
+step "build or reuse the horovod $horovod_pin wheel"
+wheel=$(PYTHON="$py" scripts/build_horovod.sh) || fail "the horovod build failed (log above). Check that torch==$torch_pin, OpenMPI headers (libopenmpi-dev), cmake and g++ are present"
+installed=$("$py" -c 'import importlib.metadata as m; print(m.version("horovod"))' 2>/dev/null || true)
+# Reinstall when the wheel differs from what is installed (e.g. torch changed).
+stamp="$VENV/.horovod-wheel"
+if [ "$installed" != "$horovod_pin" ] || [ "$(cat "$stamp" 2>/dev/null)" != "$wheel" ]; then
+    pip_q --force-reinstall --no-deps "$wheel" || fail "pip could not install $wheel"
+    echo "$wheel" > "$stamp"
+fi
+
+step "install airflow-provider-hvd (editable) with Airflow, Spark and test tools"
+# pyproject.toml holds every pin; pip resolves them in one go.
+pip_q -e ".[airflow,test]" || fail "pip could not install the package's dependencies (see pyproject.toml)"
+
+if [ "${HVD_SKIP_CHECK:-0}" != 1 ]; then
+    step "check the environment is real (horovod build, Spark barrier stage)"
+    "$py" scripts/check_env.py || fail "the environment check failed (output above)"
+fi
+step_name=""
+echo "==> [setup] done: $VENV is ready (activate with: source $VENV/bin/activate)"
