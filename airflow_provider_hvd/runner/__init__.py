@@ -1,0 +1,17 @@
+"""The runner core: launch, rendezvous, payload, logs. Knows nothing of Airflow.
+
+Module map (one job each):
+  horovod_runner  the public ``HorovodRunner`` class: validate, choose a launch, wait
+  payload         HMAC-signed cloudpickle envelopes for the call and its result
+  channel         authenticated, framed TCP between the driver and ranks/tasks
+  driver_service  the driver's end: serves the payload, collects logs, results, failures
+  monitor         turns driver-service events into progress, a result or an error
+  topology        rank/local_rank/cross_rank assignment, host by host
+  network         which address and interface ranks use to reach each other
+  rank_process    starts one rank as a fresh Python process and reports how it ended
+  rank_main       what runs inside that process: verify, unpickle, call, send result
+  rank_context    ``log_to_driver`` and what a rank knows about itself
+  local_launch    np < 0: ranks as subprocesses of the driver
+  spark_launch    np > 0: one Spark barrier stage, one rank per task
+  checkpoint      rank-0-only, atomic checkpoints on a path or fsspec URL
+"""

@@ -1,0 +1,100 @@
+"""The driver's end of a run: serves the payload, collects logs, results and failures.
+
+Two kinds of peers connect, each with the run's secret (see channel.py):
+  - a *launcher* (the barrier task, or a thread of the driver in local mode) that
+    started a rank process and reports how it ended, forwarding its output;
+  - the *rank* process itself, which fetches the payload, sends
+    ``log_to_driver`` messages, its exception if it raises, and (rank 0) its result.
+Everything that matters for the run's outcome becomes an ``Event`` on a queue
+that ``monitor.RunMonitor`` reads; log lines go straight to the log sink.
+"""
+
+from __future__ import annotations
+
+import logging
+import queue
+import sys
+import threading
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+from airflow_provider_hvd.runner.channel import Channel, ChannelClosed, ChannelServer
+
+log = logging.getLogger(__name__)
+
+LogSink = Callable[[int, str, str], None]
+
+
+@dataclass
+class Event:
+    kind: str  # rank_started | rank_closed | launcher_started | launcher_lost | exception | exited | result
+    rank: int
+    data: dict[str, Any] = field(default_factory=dict)
+    blob: bytes | None = None
+
+
+def print_log_sink(stream=None) -> LogSink:
+    """Write each rank line as ``[rank]<stream>: line`` (horovodrun's format), whole lines only."""
+    lock = threading.Lock()
+
+    def sink(rank: int, source: str, line: str) -> None:
+        out = stream or sys.stdout
+        with lock:
+            out.write(f"[{rank}]<{source}>: {line}\n")
+            out.flush()
+
+    return sink
+
+
+class DriverService:
+    def __init__(self, secret: bytes, payload: bytes, log_sink: LogSink, host: str = "0.0.0.0"):
+        self._payload = payload
+        self._log_sink = log_sink
+        self.events: queue.Queue[Event] = queue.Queue()
+        self._closing = threading.Event()
+        self._server = ChannelServer(secret, self._handle, host=host)
+        self.port = self._server.port
+
+    @property
+    def refused_connections(self) -> int:
+        return self._server.refused
+
+    def _handle(self, channel: Channel, hello: dict[str, Any]) -> None:
+        role, rank = hello.get("role"), int(hello.get("rank", -1))
+        if role == "rank":
+            self.events.put(Event("rank_started", rank, hello))
+        elif role == "launcher":
+            self.events.put(Event("launcher_started", rank, hello))
+        else:
+            log.warning("driver service: unknown peer role %r from %s", role, channel.peer)
+            return
+        said_bye = False
+        try:
+            while True:
+                message = channel.recv_json()
+                op = message.get("op")
+                if op == "get_payload":
+                    channel.send_bytes(self._payload)
+                elif op == "log":
+                    for line in str(message.get("line", "")).splitlines() or [""]:
+                        self._log_sink(rank, message.get("stream", "log"), line)
+                elif op == "result":
+                    self.events.put(Event("result", rank, message, channel.recv_bytes()))
+                elif op in ("exception", "exited"):
+                    self.events.put(Event(op, rank, message))
+                elif op == "bye":
+                    said_bye = True
+                    return
+        except (ChannelClosed, OSError, ValueError):
+            pass
+        finally:
+            if role == "rank":
+                self.events.put(Event("rank_closed", rank, hello))
+            elif not said_bye and not self._closing.is_set():
+                self.events.put(Event("launcher_lost", rank, hello))
+
+    def close(self) -> None:
+        """Close every channel: ranks and launchers treat that as 'stop now'."""
+        self._closing.set()
+        self._server.close()
+        self._server.join(5)

@@ -1,0 +1,42 @@
+"""Errors a HorovodRunner user can catch. Every message says what went wrong and what to do."""
+
+from __future__ import annotations
+
+
+class HorovodRunError(RuntimeError):
+    """A Horovod run did not complete."""
+
+
+class RankFailedError(HorovodRunError):
+    """A rank raised, exited non-zero or was killed. The first such rank is the one named."""
+
+    def __init__(self, message: str, *, rank: int, host: str | None = None,
+                 exc_type: str | None = None, returncode: int | None = None,
+                 traceback: str | None = None, tail: list[str] | None = None):
+        super().__init__(message)
+        self.rank = rank
+        self.host = host
+        self.exc_type = exc_type
+        self.returncode = returncode
+        self.remote_traceback = traceback
+        self.tail = tail or []
+
+
+class StartTimeoutError(HorovodRunError):
+    """Not every rank started within ``start_timeout``."""
+
+    def __init__(self, message: str, *, missing_ranks: list[int]):
+        super().__init__(message)
+        self.missing_ranks = missing_ranks
+
+
+class ClusterCapacityError(HorovodRunError):
+    """The Spark cluster cannot run ``np`` barrier tasks at once."""
+
+
+class PayloadError(HorovodRunError):
+    """A payload or result envelope was refused before anything was unpickled."""
+
+
+class SerializationError(HorovodRunError, TypeError):
+    """The training function, a keyword argument or a result could not be pickled."""

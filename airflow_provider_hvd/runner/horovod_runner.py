@@ -1,0 +1,151 @@
+"""``HorovodRunner``: run one Python training function as Horovod ranks, return rank 0's value."""
+
+from __future__ import annotations
+
+import logging
+import os
+import time
+from typing import Any, Callable
+
+import cloudpickle
+
+from airflow_provider_hvd.runner import payload
+from airflow_provider_hvd.runner.driver_service import DriverService, LogSink, print_log_sink
+from airflow_provider_hvd.runner.errors import HorovodRunError
+from airflow_provider_hvd.runner.monitor import RunMonitor
+
+log = logging.getLogger("airflow_provider_hvd.runner")
+
+VERBOSITIES = ("all", "log_callback_only")
+LAUNCHERS = ("auto", "gloo")
+
+
+class HorovodRunner:
+    """Run ``main(**kwargs)`` as ``np`` Horovod ranks and return rank 0's return value.
+
+    :param np: ``np > 0``: one Spark barrier stage of ``np`` tasks, one rank per
+        task slot, on the active SparkSession (or ``spark``). ``np < 0``: ``-np``
+        ranks as subprocesses of the driver, no Spark job, for debugging.
+    :param driver_log_verbosity: ``"all"`` (default) streams every rank's stdout
+        and stderr to the driver, line by line, as ``[rank]<stdout>: ...``;
+        ``"log_callback_only"`` streams only ``log_to_driver`` messages. The
+        default is ``"all"`` because under Airflow the task log is the only log a
+        user opens: warnings, progress bars and library errors printed by the ranks
+        would otherwise stay in executor logs that few can reach. Use
+        ``"log_callback_only"`` for chatty training loops.
+    :param launcher: ``"gloo"`` or ``"auto"`` (gloo here).
+    :param env: extra environment variables for every rank.
+    :param start_timeout: seconds within which every rank process must have
+        started and connected back, or ``run`` fails naming the missing ranks.
+    :param spark: a SparkSession to use instead of the active one.
+    :param slot_wait_timeout: on a cluster, seconds to wait for executors to
+        register until ``np`` slots are free, before failing with the count.
+    :param log_sink: ``callable(rank, stream, line)`` receiving rank output;
+        defaults to printing on stdout.
+    """
+
+    def __init__(self, *, np: int, driver_log_verbosity: str = "all", launcher: str = "auto",
+                 env: dict[str, str] | None = None, start_timeout: float = 120.0, spark=None,
+                 slot_wait_timeout: float = 30.0, log_sink: LogSink | None = None):
+        if isinstance(np, bool) or not isinstance(np, int):
+            raise TypeError(f"HorovodRunner(np=...) takes an int, got {type(np).__name__} {np!r}")
+        if np == 0:
+            raise ValueError("HorovodRunner(np=0) runs nothing: pass np=N (N > 0) for N ranks in a Spark "
+                             "barrier stage, or np=-N for N ranks as subprocesses of the driver (debugging).")
+        if driver_log_verbosity not in VERBOSITIES:
+            raise ValueError(f"driver_log_verbosity={driver_log_verbosity!r}: use one of {', '.join(VERBOSITIES)}")
+        if launcher not in LAUNCHERS:
+            raise ValueError(f"launcher={launcher!r} is not known: use one of {', '.join(LAUNCHERS)}")
+        env = dict(env or {})
+        bad = {k: v for k, v in env.items() if not isinstance(k, str) or not isinstance(v, str)}
+        if bad:
+            raise TypeError(f"env must map str to str; these entries do not: {bad!r}")
+        if not start_timeout > 0:
+            raise ValueError(f"start_timeout must be > 0 seconds, got {start_timeout!r}")
+        self.np = np
+        self.driver_log_verbosity = driver_log_verbosity
+        self.launcher = launcher
+        self.env = env
+        self.start_timeout = float(start_timeout)
+        self.slot_wait_timeout = float(slot_wait_timeout)
+        self._spark = spark
+        self._log_sink = log_sink or print_log_sink()
+
+    def run(self, main: Callable[..., Any], **kwargs: Any) -> Any:
+        """Call ``main(**kwargs)`` on every rank; return rank 0's return value.
+
+        ``main`` and ``kwargs`` are cloudpickled here, before any process or Spark
+        job starts, so an unpicklable argument fails at once.
+        """
+        if not callable(main):
+            raise TypeError(f"HorovodRunner.run(main, ...) needs a function, got {type(main).__name__}")
+        t0 = time.monotonic()
+        secret = payload.new_secret()
+        sealed_call = payload.seal(payload.dumps_call(main, kwargs), secret, payload.KIND_CALL)
+        name = getattr(main, "__qualname__", repr(main))
+        if self.np < 0:
+            sealed_result = self._run_local(-self.np, secret, sealed_call, name)
+        else:
+            sealed_result = self._run_barrier(self.np, secret, sealed_call, name)
+        if sealed_result is None:
+            raise HorovodRunError("HorovodRunner: every rank finished but rank 0 sent no result; "
+                                  "this is a bug in airflow-provider-hvd, please report it.")
+        value = cloudpickle.loads(payload.open_sealed(sealed_result, secret, payload.KIND_RESULT))
+        log.info("HorovodRunner: %s finished on %d ranks in %.1f s", name, abs(self.np), time.monotonic() - t0)
+        return value
+
+    def _run_local(self, n: int, secret: bytes, sealed_call: bytes, name: str) -> bytes | None:
+        from airflow_provider_hvd.runner.local_launch import LOCAL_HOST, LocalRanks
+        from airflow_provider_hvd.runner.rendezvous import Rendezvous
+
+        log.info("HorovodRunner: running %s as %d local ranks on the driver (gloo)", name, n)
+        service = DriverService(secret, sealed_call, self._log_sink, host=LOCAL_HOST)
+        rendezvous = Rendezvous()
+        ranks = LocalRanks(n, secret=secret, driver_port=service.port, rendezvous_port=rendezvous.port,
+                           env=self.env, forward_output=self.driver_log_verbosity == "all")
+        try:
+            ranks.start()
+            return RunMonitor(n, service.events, start_timeout=self.start_timeout,
+                              where="local mode").wait()
+        finally:
+            service.close()
+            ranks.stop()
+            rendezvous.stop()
+
+    def _run_barrier(self, np: int, secret: bytes, sealed_call: bytes, name: str) -> bytes | None:
+        from airflow_provider_hvd.runner.rendezvous import Rendezvous
+        from airflow_provider_hvd.runner.spark_launch import BarrierJob, TaskSpec, check_cluster, describe_master
+
+        sc = self._spark_context()
+        check_cluster(sc, np, self.slot_wait_timeout)
+        driver_host = sc.getConf().get("spark.driver.host")
+        log.info("HorovodRunner: running %s as %d ranks in a Spark barrier stage on %s (gloo)",
+                 name, np, describe_master(sc))
+        service = DriverService(secret, sealed_call, self._log_sink)
+        rendezvous = Rendezvous()
+        spec = TaskSpec(driver_host=driver_host, driver_port=service.port, rendezvous_port=rendezvous.port,
+                        secret_hex=secret.hex(), forward_output=self.driver_log_verbosity == "all",
+                        env=self.env)
+        job = BarrierJob(sc, np, spec, f"HorovodRunner np={np}: {name}")
+        try:
+            job.start()
+            result = RunMonitor(np, service.events, start_timeout=self.start_timeout,
+                                where=f"Spark master {describe_master(sc)}").wait(job.error)
+            # Every rank is done, so the tasks are returning: give the stage a moment to end by itself.
+            if not job.join(timeout=60):
+                raise HorovodRunError("HorovodRunner: every rank finished but the Spark stage did not end "
+                                      "within 60 s; it was cancelled. Check the executors' logs.")
+            if job.error() is not None:
+                raise HorovodRunError(f"HorovodRunner: every rank finished but the Spark stage failed: "
+                                      f"{job.error()}") from job.error()
+            return result
+        finally:
+            service.close()
+            job.stop()
+            rendezvous.stop()
+
+    def _spark_context(self):
+        from pyspark.sql import SparkSession
+
+        spark = self._spark or SparkSession.getActiveSession() or SparkSession.builder.getOrCreate()
+        return spark.sparkContext

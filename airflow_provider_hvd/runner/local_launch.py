@@ -1,0 +1,40 @@
+"""np < 0: ``-np`` ranks as subprocesses of the driver, no Spark job (debugging, as in HorovodRunner)."""
+
+from __future__ import annotations
+
+import os
+import threading
+
+from airflow_provider_hvd.runner.rank_process import RankProcess
+from airflow_provider_hvd.runner.topology import assign_slots, gloo_env
+
+LOCAL_HOST = "127.0.0.1"
+
+
+class LocalRanks:
+    def __init__(self, n: int, *, secret: bytes, driver_port: int, rendezvous_port: int,
+                 env: dict[str, str], forward_output: bool):
+        threads_each = str(max(1, (os.cpu_count() or 1) // n))
+        self.ranks: list[RankProcess] = []
+        for slot in assign_slots(["localhost"] * n):
+            rank_env = {**os.environ, "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", threads_each),
+                        **env,
+                        **gloo_env(slot, rendezvous_addr=LOCAL_HOST, rendezvous_port=rendezvous_port, iface="lo")}
+            self.ranks.append(RankProcess(rank=slot.rank, host="localhost", env=rank_env,
+                                          driver=(LOCAL_HOST, driver_port), secret=secret,
+                                          forward_output=forward_output))
+        self._waiters: list[threading.Thread] = []
+
+    def start(self) -> None:
+        # Spawned from the caller's thread: ranks die with it (PR_SET_PDEATHSIG), not with a helper thread.
+        for rank in self.ranks:
+            rank.start()
+            waiter = threading.Thread(target=rank.wait, name=f"hvd-local-rank{rank.rank}-wait", daemon=True)
+            waiter.start()
+            self._waiters.append(waiter)
+
+    def stop(self) -> None:
+        for rank in self.ranks:
+            rank.kill()
+        for waiter in self._waiters:
+            waiter.join(10)

@@ -1,0 +1,135 @@
+"""Turn driver-service events into progress in the log, rank 0's result, or a clear error.
+
+A run succeeds when every rank's launcher reported exit code 0 and rank 0's
+channel has closed (so its result, sent before, has arrived). It fails at the
+first of: a rank's exception, a non-zero exit or signal, a launcher that vanished
+(its executor died), a Spark job error, or ranks that did not start in time.
+The first failing rank is the one named; the others die because the run stops.
+"""
+
+from __future__ import annotations
+
+import logging
+import queue
+import time
+from typing import Callable
+
+from airflow_provider_hvd.runner.driver_service import Event
+from airflow_provider_hvd.runner.errors import HorovodRunError, RankFailedError, StartTimeoutError
+
+log = logging.getLogger("airflow_provider_hvd.runner")
+
+# How long a non-zero exit waits for the same rank's exception report, which
+# travels on another connection and may arrive a moment later.
+_EXCEPTION_GRACE_S = 2.0
+
+
+class RunMonitor:
+    def __init__(self, np: int, events: queue.Queue, *, start_timeout: float, where: str):
+        self.np = np
+        self.events = events
+        self.start_timeout = start_timeout
+        self.where = where
+        self.started: dict[int, dict] = {}
+        self.hosts: dict[int, str] = {}
+        self.exited_ok: set[int] = set()
+        self.closed: set[int] = set()
+        self.exceptions: dict[int, dict] = {}
+        self.result: bytes | None = None
+        self.t0 = time.monotonic()
+
+    def wait(self, spark_job_error: Callable[[], BaseException | None] = lambda: None) -> bytes | None:
+        """Block until the run ends; return rank 0's sealed result, or raise."""
+        deadline = self.t0 + self.start_timeout
+        pending_exit: tuple[float, Event] | None = None
+        while True:
+            try:
+                event = self.events.get(timeout=0.1)
+            except queue.Empty:
+                event = None
+            if event is not None:
+                failure = self._on_event(event)
+                if failure is not None:
+                    if event.kind != "exited" or event.rank in self.exceptions or event.rank in self.closed:
+                        raise self._rank_failure(failure)
+                    pending_exit = pending_exit or (time.monotonic(), failure)
+            if pending_exit and (pending_exit[1].rank in self.exceptions or pending_exit[1].rank in self.closed
+                                 or time.monotonic() - pending_exit[0] > _EXCEPTION_GRACE_S):
+                raise self._rank_failure(pending_exit[1])
+            if len(self.exited_ok) == self.np and 0 in self.closed:
+                return self.result
+            if len(self.started) < self.np and time.monotonic() > deadline:
+                missing = sorted(set(range(self.np)) - set(self.started))
+                raise StartTimeoutError(
+                    f"HorovodRunner: rank(s) {missing} did not start within start_timeout="
+                    f"{self.start_timeout:g}s ({len(self.started)} of {self.np} started, {self.where}). "
+                    "Their tasks were not scheduled or their processes hung while starting; check the "
+                    "executors' logs, or raise start_timeout if imports are slow there.",
+                    missing_ranks=missing)
+            job_error = spark_job_error()
+            if job_error is not None and pending_exit is None:
+                raise HorovodRunError(
+                    f"HorovodRunner: the Spark barrier stage failed before the ranks finished "
+                    f"({len(self.exited_ok)} of {self.np} done): {_first_line(job_error)}") from job_error
+
+    def _on_event(self, event: Event) -> Event | None:
+        rank = event.rank
+        if event.kind == "launcher_started":
+            self.hosts[rank] = event.data.get("host", "?")
+        elif event.kind == "rank_started":
+            self.started[rank] = event.data
+            if len(self.started) == self.np:
+                log.info("HorovodRunner: all %d ranks started in %.1f s", self.np, time.monotonic() - self.t0)
+        elif event.kind == "rank_closed":
+            self.closed.add(rank)
+        elif event.kind == "result":
+            self.result = event.blob
+            log.info("HorovodRunner: rank 0 returned its result (%d bytes)", len(event.blob))
+        elif event.kind == "exception":
+            self.exceptions[rank] = event.data
+            return event
+        elif event.kind == "exited":
+            if event.data.get("returncode") == 0:
+                self.exited_ok.add(rank)
+            else:
+                return event
+        elif event.kind == "launcher_lost":
+            return event
+        return None
+
+    def _rank_failure(self, event: Event) -> RankFailedError:
+        rank = event.rank
+        host = self.hosts.get(rank) or event.data.get("host") or "?"
+        pid = (self.started.get(rank) or {}).get("pid") or event.data.get("pid")
+        who = f"rank {rank} (host {host}" + (f", pid {pid})" if pid else ")")
+        exc = self.exceptions.get(rank)
+        tail = event.data.get("tail", []) if event.kind == "exited" else []
+        returncode = event.data.get("returncode") if event.kind == "exited" else None
+        if exc is not None:
+            stage = " while loading the training function" if exc.get("while_loading") else ""
+            message = f"HorovodRunner: {who} failed{stage}: {exc['type']}: {exc['message']}"
+            if exc.get("hint"):
+                message += f"\nHint: {exc['hint']}"
+            message += f"\n--- traceback of rank {rank} ---\n{exc['traceback'].rstrip()}"
+            return RankFailedError(message, rank=rank, host=host, exc_type=exc["type"],
+                                   traceback=exc["traceback"], returncode=returncode, tail=tail)
+        if event.kind == "launcher_lost":
+            message = (f"HorovodRunner: lost contact with {who}'s launcher: its Spark task or executor "
+                       "died. Check the executor's log for an out-of-memory kill or a lost worker.")
+        elif event.data.get("signal"):
+            message = f"HorovodRunner: {who} was killed by signal {event.data['signal']}"
+            if event.data["signal"] == "SIGKILL":
+                message += " (the kernel's out-of-memory killer does this, and so does `kill -9`)"
+        else:
+            message = f"HorovodRunner: {who} exited with code {returncode} without raising a Python exception"
+        if tail:
+            message += f"\n--- last {len(tail)} lines of rank {rank}'s output ---\n" + "\n".join(tail)
+        return RankFailedError(message, rank=rank, host=host, returncode=returncode, tail=tail)
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip()
+    for line in text.splitlines():
+        if "Exception" in line or "Error" in line:
+            return line.strip()[:2000]
+    return text.splitlines()[0][:2000] if text else type(exc).__name__

@@ -1,0 +1,119 @@
+"""Entry point of one rank process: ``python -m airflow_provider_hvd.runner.rank_main``.
+
+A fresh interpreter per rank gives clean Horovod state and crash isolation. The
+launcher writes one JSON line on stdin (driver address, run secret, rank,
+launcher pid): the secret never sits in the environment, where the user's own
+subprocesses would inherit it. The rank then
+  1. dies with its launcher (PR_SET_PDEATHSIG) and with the driver (end of its channel),
+  2. fetches the payload from the driver and verifies its signature,
+  3. only then unpickles it and calls ``main(**kwargs)``,
+  4. sends its exception, or (rank 0) its signed result, back to the driver.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import json
+import os
+import signal
+import sys
+import threading
+import traceback
+
+EXIT_EXCEPTION = 1
+EXIT_DRIVER_GONE = 75
+
+
+def _die_with_parent(parent_pid: int) -> None:
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(1, signal.SIGKILL, 0, 0, 0)  # PR_SET_PDEATHSIG
+    except (OSError, AttributeError):
+        return
+    if os.getppid() != parent_pid:  # the launcher died before prctl took effect
+        os._exit(EXIT_DRIVER_GONE)
+
+
+_finishing = threading.Event()
+
+
+def _watch_driver(channel) -> None:
+    """The driver closes our channel when the run ends or fails: stop at once, whatever main is doing."""
+    try:
+        while True:
+            channel.recv()
+    except Exception:
+        pass
+    if not _finishing.is_set():  # not our own close at the end of main()
+        os._exit(EXIT_DRIVER_GONE)
+
+
+def _say_bye(channel) -> None:
+    _finishing.set()
+    channel.send_json({"op": "bye"})
+    channel.close()
+
+
+def _hint(exc: BaseException, while_loading: bool) -> str:
+    if isinstance(exc, NameError):
+        return ("A name used by the training function is not defined in the rank. Import modules "
+                "inside the training function (e.g. `import torch` as its first line): imports at the "
+                "top of a notebook are not sent to the ranks.")
+    if isinstance(exc, ModuleNotFoundError):
+        where = "while loading the training function" if while_loading else "in the training function"
+        return (f"Module {exc.name!r} could not be imported {where} on this rank's host. Install it on "
+                "every worker (the same environment as the driver), and import it inside the training function.")
+    return ""
+
+
+def main() -> int:
+    boot = json.loads(sys.stdin.readline())
+    _die_with_parent(boot["parent_pid"])
+    rank = int(boot["rank"])
+
+    from airflow_provider_hvd.runner import channel as channel_mod, payload, rank_context
+
+    secret = bytes.fromhex(boot["secret"])
+    channel = channel_mod.connect((boot["driver"][0], int(boot["driver"][1])), secret,
+                                  {"role": "rank", "rank": rank, "host": boot.get("host"), "pid": os.getpid()})
+    channel.send_json({"op": "get_payload"})
+    blob = channel.recv_bytes()
+    threading.Thread(target=_watch_driver, args=(channel,), name="hvd-watch-driver", daemon=True).start()
+    rank_context._install(channel)
+
+    loading = True
+    try:
+        body = payload.open_sealed(blob, secret, payload.KIND_CALL)
+        del blob
+        import cloudpickle
+        fn, kwargs = cloudpickle.loads(body)
+        del body
+        loading = False
+        value = fn(**kwargs)
+        if rank == 0:
+            result = payload.seal(payload.dumps_result(value), secret, payload.KIND_RESULT)
+            channel.send_json_with_bytes({"op": "result", "size": len(result)}, result)
+    except BaseException as exc:  # SystemExit and KeyboardInterrupt are failures of the rank too
+        sys.stdout.flush()
+        sys.stderr.flush()
+        tb = traceback.format_exc()
+        sys.stderr.write(tb)
+        sys.stderr.flush()
+        channel.send_json({"op": "exception", "type": type(exc).__name__, "message": str(exc),
+                           "traceback": tb, "hint": _hint(exc, loading), "while_loading": loading})
+        _say_bye(channel)
+        return EXIT_EXCEPTION
+    sys.stdout.flush()
+    sys.stderr.flush()
+    _say_bye(channel)
+    return 0
+
+
+if __name__ == "__main__":
+    code = main()
+    # Skip interpreter teardown races with Horovod's background thread after a failure.
+    sys.stdout.flush()
+    sys.stderr.flush()
+    if code:
+        os._exit(code)
+    sys.exit(code)

@@ -1,0 +1,112 @@
+"""Start one rank as a fresh Python process, stream its output, report how it ended.
+
+Used by both launches: the driver runs one per rank in local mode, and each
+barrier task runs one for its rank. The launcher holds its own channel to the
+driver: it forwards the rank's stdout/stderr line by line (``driver_log_verbosity="all"``),
+keeps the last lines for error messages, and reports the exit code or signal.
+When the driver closes that channel (the run ended or failed), the launcher kills
+the rank's whole process group, so no rank outlives its run.
+"""
+
+from __future__ import annotations
+
+import collections
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+from typing import Any
+
+from airflow_provider_hvd.runner import channel as channel_mod
+
+TAIL_LINES = 30
+
+
+class RankProcess:
+    def __init__(self, *, rank: int, host: str, env: dict[str, str], driver: tuple[str, int],
+                 secret: bytes, forward_output: bool):
+        self.rank = rank
+        self.host = host
+        self._env = env
+        self._driver = driver
+        self._secret = secret
+        self._forward = forward_output
+        self.tail: collections.deque[str] = collections.deque(maxlen=TAIL_LINES)
+        self._tail_lock = threading.Lock()
+        self._stopped_by_driver = threading.Event()
+        self.proc: subprocess.Popen | None = None
+        self._channel: channel_mod.Channel | None = None
+        self._threads: list[threading.Thread] = []
+
+    def start(self) -> None:
+        """Connect to the driver, then spawn the rank. Call from a thread that outlives the rank
+        (the rank dies with the thread that started it, through PR_SET_PDEATHSIG)."""
+        self._channel = channel_mod.connect(self._driver, self._secret,
+                                            {"role": "launcher", "rank": self.rank, "host": self.host,
+                                             "pid": os.getpid()})
+        self.proc = subprocess.Popen(
+            [sys.executable, "-u", "-m", "airflow_provider_hvd.runner.rank_main"],
+            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+            env=self._env, start_new_session=True)
+        boot = {"driver": list(self._driver), "secret": self._secret.hex(), "rank": self.rank,
+                "host": self.host, "parent_pid": os.getpid()}
+        self.proc.stdin.write((json.dumps(boot) + "\n").encode())
+        self.proc.stdin.close()
+        for stream, name in ((self.proc.stdout, "stdout"), (self.proc.stderr, "stderr")):
+            t = threading.Thread(target=self._pump, args=(stream, name), daemon=True,
+                                 name=f"hvd-rank{self.rank}-{name}")
+            t.start()
+            self._threads.append(t)
+        threading.Thread(target=self._watch_driver, daemon=True, name=f"hvd-rank{self.rank}-watch").start()
+
+    def _pump(self, stream, name: str) -> None:
+        for raw in iter(stream.readline, b""):
+            line = raw.decode("utf-8", "replace").rstrip("\n")
+            with self._tail_lock:
+                self.tail.append(f"<{name}> {line}")
+            if self._forward:
+                try:
+                    self._channel.send_json({"op": "log", "stream": name, "line": line})
+                except OSError:
+                    pass
+        stream.close()
+
+    def _watch_driver(self) -> None:
+        try:
+            while True:
+                self._channel.recv()
+        except Exception:
+            pass
+        if self.proc.poll() is None:
+            self._stopped_by_driver.set()
+            self.kill()
+
+    def kill(self) -> None:
+        """SIGKILL the rank and everything it started (its own process group)."""
+        if self.proc is None:
+            return
+        try:
+            os.killpg(self.proc.pid, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            pass
+
+    def wait(self) -> int:
+        """Wait for the rank, report its end to the driver, return its exit code (negative: signal)."""
+        rc = self.proc.wait()
+        self.kill()  # reap anything the rank left in its process group (DataLoader workers, ...)
+        for t in self._threads:
+            t.join(5)
+        report: dict[str, Any] = {"op": "exited", "returncode": rc, "host": self.host,
+                                  "pid": self.proc.pid, "tail": list(self.tail),
+                                  "stopped_by_driver": self._stopped_by_driver.is_set()}
+        if rc < 0:
+            report["signal"] = signal.Signals(-rc).name
+        try:
+            self._channel.send_json(report)
+            self._channel.send_json({"op": "bye"})
+        except OSError:
+            pass
+        self._channel.close()
+        return rc

@@ -1,0 +1,126 @@
+"""np > 0: one Spark barrier stage of np tasks, one rank per task slot.
+
+Each barrier task reads every task's executor address from
+``BarrierTaskContext.getTaskInfos()`` (the same list in every task), derives the
+whole host-by-host rank assignment from it, and starts its own rank with gloo,
+reaching the rendezvous server and the driver service on the driver. The stage
+runs in a background thread under its own job group so that the driver can
+cancel it the moment any rank fails.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+import re
+import threading
+import time
+import uuid
+from dataclasses import dataclass, field
+
+from airflow_provider_hvd.runner.errors import ClusterCapacityError, HorovodRunError
+
+
+@dataclass(frozen=True)
+class TaskSpec:
+    """Everything a barrier task needs; small, since Spark ships it with every task."""
+    driver_host: str
+    driver_port: int
+    rendezvous_port: int
+    secret_hex: str
+    forward_output: bool
+    env: dict[str, str] = field(default_factory=dict)
+
+
+def run_barrier_task(spec: TaskSpec, _rows):
+    """Body of each barrier task (runs in the executor's Python worker)."""
+    from pyspark import BarrierTaskContext
+
+    from airflow_provider_hvd.runner.network import gloo_interface
+    from airflow_provider_hvd.runner.rank_process import RankProcess
+    from airflow_provider_hvd.runner.topology import assign_slots, gloo_env
+
+    ctx = BarrierTaskContext.get()
+    task_hosts = [info.address.rsplit(":", 1)[0] for info in ctx.getTaskInfos()]
+    slot = assign_slots(task_hosts)[ctx.partitionId()]
+    iface = gloo_interface(slot.hostname, spec.driver_host)
+    env = {**os.environ, **spec.env,
+           **gloo_env(slot, rendezvous_addr=spec.driver_host, rendezvous_port=spec.rendezvous_port, iface=iface)}
+    rank = RankProcess(rank=slot.rank, host=slot.hostname, env=env, driver=(spec.driver_host, spec.driver_port),
+                       secret=bytes.fromhex(spec.secret_hex), forward_output=spec.forward_output)
+    rank.start()
+    returncode = rank.wait()
+    if returncode != 0:
+        # Failing the task fails the stage, so Spark stops the other tasks too.
+        raise RuntimeError(f"Horovod rank {slot.rank} on {slot.hostname} exited with code {returncode}")
+    yield slot.rank
+
+
+class BarrierJob:
+    """The barrier stage, collected in a background thread under a job group of its own."""
+
+    def __init__(self, sc, np: int, spec: TaskSpec, description: str):
+        self._sc = sc
+        self._np = np
+        self._spec = spec
+        self.group = f"horovod-runner-{uuid.uuid4().hex[:12]}"
+        self._description = description
+        self._error: BaseException | None = None
+        self._thread = threading.Thread(target=self._collect, name="hvd-barrier-job", daemon=True)
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def _collect(self) -> None:
+        try:
+            self._sc.setJobGroup(self.group, self._description, interruptOnCancel=True)
+            task = functools.partial(run_barrier_task, self._spec)
+            self._sc.parallelize(range(self._np), self._np).barrier().mapPartitions(task).collect()
+        except BaseException as exc:  # Py4JJavaError and friends: reported through error()
+            self._error = exc
+
+    def error(self) -> BaseException | None:
+        return self._error if not self._thread.is_alive() else None
+
+    def join(self, timeout: float) -> bool:
+        """Wait for the stage to end on its own; True when it did."""
+        self._thread.join(timeout)
+        return not self._thread.is_alive()
+
+    def stop(self, timeout: float = 30.0) -> None:
+        if self._thread.is_alive():
+            self._sc.cancelJobGroup(self.group)
+        self._thread.join(timeout)
+
+
+def available_slots(sc) -> int:
+    """Task slots the cluster offers now: Spark's own count for barrier stages."""
+    jsc = sc._jsc.sc()
+    profile = jsc.resourceProfileManager().defaultResourceProfile()
+    return int(jsc.maxNumConcurrentTasks(profile))
+
+
+def check_cluster(sc, np: int, wait_s: float) -> None:
+    """Fail in seconds, not Spark's ~10 minutes of retries, when the barrier stage cannot be scheduled."""
+    conf = sc.getConf()
+    if conf.get("spark.dynamicAllocation.enabled", "false").lower() == "true" and not sc.master.startswith("local"):
+        raise ClusterCapacityError(
+            "HorovodRunner needs a fixed set of executors: Spark's barrier mode does not support dynamic "
+            "allocation. Start this Spark application with spark.dynamicAllocation.enabled=false "
+            "(and spark.executor.instances set) to run Horovod.")
+    deadline = time.monotonic() + (0 if sc.master.startswith("local[") or sc.master == "local" else wait_s)
+    slots = available_slots(sc)
+    while slots < np and time.monotonic() < deadline:
+        time.sleep(0.5)
+        slots = available_slots(sc)
+    if slots < np:
+        task_cpus = conf.get("spark.task.cpus", "1")
+        raise ClusterCapacityError(
+            f"HorovodRunner(np={np}) needs {np} task slots at once, but the Spark cluster ({sc.master}) has "
+            f"{slots} (spark.task.cpus={task_cpus}). Use np<={max(slots, 1)}, add executors or cores "
+            f"(spark.executor.instances, spark.executor.cores, or local[{np}]), or debug on the driver "
+            f"with np=-{np}.")
+
+
+def describe_master(sc) -> str:
+    return re.sub(r"//[^@/]*@", "//", sc.master)  # never log credentials embedded in a master URL
