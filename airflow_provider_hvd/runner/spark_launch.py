@@ -103,12 +103,13 @@ def available_slots(sc) -> int:
 def check_cluster(sc, np: int, wait_s: float) -> None:
     """Fail in seconds, not Spark's ~10 minutes of retries, when the barrier stage cannot be scheduled."""
     conf = sc.getConf()
-    if conf.get("spark.dynamicAllocation.enabled", "false").lower() == "true" and not sc.master.startswith("local"):
+    is_local = sc.master == "local" or sc.master.startswith("local[")  # local-cluster is a real cluster
+    if conf.get("spark.dynamicAllocation.enabled", "false").lower() == "true" and not is_local:
         raise ClusterCapacityError(
             "HorovodRunner needs a fixed set of executors: Spark's barrier mode does not support dynamic "
             "allocation. Start this Spark application with spark.dynamicAllocation.enabled=false "
             "(and spark.executor.instances set) to run Horovod.")
-    deadline = time.monotonic() + (0 if sc.master.startswith("local[") or sc.master == "local" else wait_s)
+    deadline = time.monotonic() + (0 if is_local else wait_s)
     slots = available_slots(sc)
     while slots < np and time.monotonic() < deadline:
         time.sleep(0.5)

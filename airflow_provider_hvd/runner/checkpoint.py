@@ -1,0 +1,98 @@
+"""Rank-0-only, atomic checkpoints on a local path or any fsspec URL.
+
+Horovod's rule: every rank holds the same weights, so only rank 0 writes. A
+checkpoint is written under a temporary name and then renamed to
+``ckpt-<step>.pt``, so a reader (a resuming run, a sensor) never sees a
+half-written file: a crash mid-write leaves only a ``.tmp-*`` file that
+``latest_checkpoint`` ignores. Loading uses ``torch.load(weights_only=True)``,
+which refuses arbitrary pickled code.
+"""
+
+from __future__ import annotations
+
+import io
+import os
+import re
+import uuid
+from typing import Any
+
+import fsspec
+from fsspec.implementations.local import LocalFileSystem
+
+from airflow_provider_hvd.runner.rank_context import current_rank
+
+_NAME = re.compile(r"^ckpt-(\d{10})\.pt$")
+
+
+def _fs_and_path(location: str):
+    fs, path = fsspec.core.url_to_fs(location)
+    return fs, path.rstrip("/")
+
+
+def checkpoint_name(step: int) -> str:
+    return f"ckpt-{step:010d}.pt"
+
+
+def save_checkpoint(state: Any, directory: str, *, step: int, rank: int | None = None) -> str | None:
+    """Save ``state`` (anything ``torch.save`` takes) as checkpoint ``step`` under ``directory``.
+
+    Writes only on rank 0 (``rank`` defaults to this process's Horovod rank; outside
+    a run it counts as 0) and returns the checkpoint's URL there, None elsewhere.
+    """
+    import torch
+
+    if step < 0:
+        raise ValueError(f"step must be >= 0, got {step}")
+    rank = current_rank() if rank is None else rank
+    if rank not in (None, 0):
+        return None
+    buffer = io.BytesIO()
+    torch.save(state, buffer)
+    fs, base = _fs_and_path(directory)
+    fs.makedirs(base, exist_ok=True)
+    final = f"{base}/{checkpoint_name(step)}"
+    tmp = f"{base}/.tmp-{uuid.uuid4().hex}-{checkpoint_name(step)}"
+    with fs.open(tmp, "wb") as f:
+        f.write(buffer.getvalue())
+    try:
+        if isinstance(fs, LocalFileSystem):
+            os.replace(tmp, final)  # atomic on a POSIX file system
+        else:
+            fs.mv(tmp, final)  # object stores: the final key appears whole, by a server-side copy
+    except BaseException:
+        fs.rm(tmp)
+        raise
+    return fs.unstrip_protocol(final)
+
+
+def latest_checkpoint(directory: str) -> str | None:
+    """URL of the newest complete checkpoint under ``directory``, or None when there is none."""
+    fs, base = _fs_and_path(directory)
+    if not fs.exists(base):
+        return None
+    steps = []
+    for path in fs.ls(base, detail=False):
+        match = _NAME.match(path.rstrip("/").rsplit("/", 1)[-1])
+        if match:
+            steps.append((int(match.group(1)), path))
+    if not steps:
+        return None
+    return fs.unstrip_protocol(max(steps)[1])
+
+
+def checkpoint_step(location: str) -> int:
+    """The step a checkpoint URL was saved at."""
+    match = _NAME.match(location.rstrip("/").rsplit("/", 1)[-1])
+    if not match:
+        raise ValueError(f"{location!r} is not a checkpoint written by save_checkpoint (ckpt-<step>.pt)")
+    return int(match.group(1))
+
+
+def load_checkpoint(location: str, map_location: Any = "cpu") -> Any:
+    """Load a checkpoint written by ``save_checkpoint`` (tensors, dicts, numbers: no arbitrary code)."""
+    import torch
+
+    fs, path = _fs_and_path(location)
+    with fs.open(path, "rb") as f:
+        data = f.read()
+    return torch.load(io.BytesIO(data), map_location=map_location, weights_only=True)

@@ -1,0 +1,105 @@
+"""Training functions the tests send to ranks.
+
+conftest.py registers this module for pickling by value, as a notebook's
+functions are: the ranks' interpreters cannot import the tests folder.
+"""
+
+import os
+import signal
+import time
+
+from airflow_provider_hvd import log_to_driver
+
+
+def allreduce_info(x=None):
+    import horovod.torch as hvd
+    import torch
+
+    hvd.init()
+    total = hvd.allreduce(torch.tensor([float(hvd.rank() + 1)]), op=hvd.Sum).item()
+    log_to_driver(f"rank {hvd.rank()} of {hvd.size()} sum {total}")
+    info = {"rank": hvd.rank(), "size": hvd.size(), "local_rank": hvd.local_rank(),
+            "local_size": hvd.local_size(), "cross_rank": hvd.cross_rank(), "cross_size": hvd.cross_size(),
+            "host": os.environ.get("HOROVOD_HOSTNAME"), "sum": total, "x": x}
+    # Every rank's view, so the driver can check all of them, not only rank 0's.
+    return {"rank0": info, "all": hvd.allgather_object(info)}
+
+
+def fail_on_rank(bad_rank, message="boom"):
+    import horovod.torch as hvd
+    import torch
+
+    hvd.init()
+    print(f"rank {hvd.rank()} is about to {'fail' if hvd.rank() == bad_rank else 'wait'}", flush=True)
+    if hvd.rank() == bad_rank:
+        raise ValueError(message)
+    # The others block in a collective that the failed rank never joins.
+    hvd.allreduce(torch.ones(1), name="never-completes")
+    time.sleep(600)
+
+
+def kill_rank(bad_rank):
+    import horovod.torch as hvd
+    import torch
+
+    hvd.init()
+    if hvd.rank() == bad_rank:
+        print("last words before SIGKILL", flush=True)
+        os.kill(os.getpid(), signal.SIGKILL)
+    hvd.allreduce(torch.ones(1), name="never-completes")
+    time.sleep(600)
+
+
+def big_result(megabytes):
+    import hashlib
+
+    import horovod.torch as hvd
+
+    hvd.init()
+    data = (bytes(range(256)) * (megabytes * 4096))[: megabytes << 20]
+    return {"sha256": hashlib.sha256(data).hexdigest(), "data": data} if hvd.rank() == 0 else None
+
+
+def uses_module_it_did_not_import():
+    return torch.ones(1)  # noqa: F821 - the mistake under test: torch imported outside the function
+
+
+def echo_env(name):
+    return os.environ.get(name)
+
+
+def chatty():
+    import horovod.torch as hvd
+
+    hvd.init()
+    print(f"stdout line from rank {hvd.rank()}", flush=True)
+    log_to_driver(f"callback line from rank {hvd.rank()}")
+    return hvd.rank()
+
+
+def train_linear(steps=40, lr=0.1):
+    """A real 2-rank data-parallel training: each rank sees its own shard of y = 3x - 2."""
+    import horovod.torch as hvd
+    import torch
+
+    hvd.init()
+    torch.manual_seed(1234 + hvd.rank())  # different init per rank: broadcast must fix it
+    model = torch.nn.Linear(4, 1)
+    optimizer = hvd.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=lr * hvd.size()),
+                                         named_parameters=model.named_parameters())
+    hvd.broadcast_parameters(model.state_dict(), root_rank=0)
+    hvd.broadcast_optimizer_state(optimizer, root_rank=0)
+    gen = torch.Generator().manual_seed(100 + hvd.rank())
+    x = torch.randn(256, 4, generator=gen)
+    y = x @ torch.tensor([[3.0], [-2.0], [0.5], [1.0]]) - 2.0
+    losses = []
+    for step in range(steps):
+        optimizer.zero_grad()
+        loss = torch.nn.functional.mse_loss(model(x), y)
+        loss.backward()
+        optimizer.step()
+        losses.append(hvd.allreduce(loss.detach(), name="loss").item())
+        if step % 10 == 0:
+            log_to_driver(f"step {step} loss {losses[-1]:.4f}")
+    weights = torch.cat([p.detach().flatten() for p in model.parameters()]).tolist()
+    return {"losses": losses, "weights_by_rank": hvd.allgather_object(weights)}
