@@ -1,8 +1,9 @@
 """np > 0: one Spark barrier stage of np tasks, one rank per task slot.
 
-Each barrier task reads every task's executor address from
-``BarrierTaskContext.getTaskInfos()`` (the same list in every task), derives the
-whole host-by-host rank assignment from it, and starts its own rank with gloo,
+Each barrier task shares its executor's address with the others through
+``BarrierTaskContext.allGather`` (``getTaskInfos()``, or SPARK_LOCAL_IP where the
+cluster sets it), derives the whole host-by-host rank assignment from that list
+(the same in every task), and starts its own rank with gloo,
 reaching the rendezvous server and the driver service on the driver. The stage
 runs in a background thread under its own job group so that the driver can
 cancel it the moment any rank fails.
@@ -11,6 +12,7 @@ cancel it the moment any rank fails.
 from __future__ import annotations
 
 import functools
+import json
 import os
 import re
 import threading
@@ -41,7 +43,7 @@ def run_barrier_task(spec: TaskSpec, _rows):
     from airflow_provider_hvd.runner.topology import assign_slots, gloo_env
 
     ctx = BarrierTaskContext.get()
-    task_hosts = [info.address.rsplit(":", 1)[0] for info in ctx.getTaskInfos()]
+    task_hosts = [json.loads(h) for h in ctx.allGather(json.dumps(executor_host(ctx)))]
     slot = assign_slots(task_hosts)[ctx.partitionId()]
     iface = gloo_interface(slot.hostname, spec.driver_host)
     env = {**os.environ, **spec.env,
@@ -54,6 +56,14 @@ def run_barrier_task(spec: TaskSpec, _rows):
         # Failing the task fails the stage, so Spark stops the other tasks too.
         raise RuntimeError(f"Horovod rank {slot.rank} on {slot.hostname} exited with code {returncode}")
     yield slot.rank
+
+
+def executor_host(ctx) -> str:
+    """This task's host as Spark's executor knows itself: SPARK_LOCAL_IP when the
+    cluster sets it (the address the executor binds to), else the address the
+    driver sees in getTaskInfos(). Shared with every task through allGather, so
+    each task sees every task's own answer."""
+    return os.environ.get("SPARK_LOCAL_IP") or ctx.getTaskInfos()[ctx.partitionId()].address.rsplit(":", 1)[0]
 
 
 class BarrierJob:

@@ -1,0 +1,101 @@
+"""np > 0 on local[2]: a real Spark barrier stage, one rank per task."""
+
+import threading
+import time
+
+import pytest
+import rank_functions as rf
+from conftest import python_in_venv
+
+from airflow_provider_hvd import HorovodRunner
+from airflow_provider_hvd.runner.errors import ClusterCapacityError, RankFailedError, SerializationError
+
+
+def active_jobs(spark, timeout=10.0):
+    deadline = time.monotonic() + timeout
+    while spark.sparkContext.statusTracker().getActiveJobsIds() and time.monotonic() < deadline:
+        time.sleep(0.2)
+    return spark.sparkContext.statusTracker().getActiveJobsIds()
+
+
+def test_barrier_two_ranks_allreduce_and_kwargs(spark_local2, no_leftovers):
+    out = HorovodRunner(np=2).run(rf.allreduce_info, x={"lr": 0.1})
+    assert out["rank0"]["x"] == {"lr": 0.1}
+    ranks = sorted((i["rank"], i["size"], i["local_rank"], i["local_size"], i["cross_rank"], i["cross_size"],
+                    i["sum"]) for i in out["all"])
+    assert ranks == [(0, 2, 0, 2, 0, 1, 3.0), (1, 2, 1, 2, 0, 1, 3.0)]
+
+
+def test_pytorch_training_loss_falls_and_weights_agree(spark_local2, no_leftovers):
+    out = HorovodRunner(np=2).run(rf.train_linear, steps=40)
+    losses = out["losses"]
+    assert losses[-1] < 0.05 * losses[0]
+    w0, w1 = out["weights_by_rank"]
+    assert w0 == w1  # DistributedOptimizer + broadcast keep the ranks bit-identical
+
+
+def test_large_result_comes_back_whole(spark_local2, no_leftovers):
+    import hashlib
+    lines = []
+    out = HorovodRunner(np=2, log_sink=lambda *a: lines.append(a)).run(rf.big_result, megabytes=100)
+    assert len(out["data"]) == 100 << 20
+    assert hashlib.sha256(out["data"]).hexdigest() == out["sha256"]
+    assert all(len(line) < 10_000 for _, _, line in lines)  # not through the log stream
+
+
+def test_rank_exception_fails_fast_stops_the_job_and_session_recovers(spark_local2, no_leftovers):
+    t0 = time.monotonic()
+    with pytest.raises(RankFailedError) as info:
+        HorovodRunner(np=2).run(rf.fail_on_rank, bad_rank=1, message="nan loss")
+    assert time.monotonic() - t0 < 30
+    assert info.value.rank == 1 and "ValueError: nan loss" in str(info.value)
+    assert active_jobs(spark_local2) == []
+    assert HorovodRunner(np=2).run(rf.chatty) == 0
+
+
+def test_killed_rank_is_reported_with_signal(spark_local2, no_leftovers):
+    with pytest.raises(RankFailedError, match="rank 0 .* killed by signal SIGKILL"):
+        HorovodRunner(np=2).run(rf.kill_rank, bad_rank=0)
+    assert active_jobs(spark_local2) == []
+
+
+def test_more_ranks_than_slots_fails_in_seconds(spark_local2):
+    t0 = time.monotonic()
+    with pytest.raises(ClusterCapacityError, match=r"np=3\) needs 3 task slots .* has 2"):
+        HorovodRunner(np=3).run(rf.chatty)
+    assert time.monotonic() - t0 < 5
+
+
+def test_unpicklable_capture_fails_before_any_job(spark_local2):
+    sc = spark_local2.sparkContext
+    lock = threading.Lock()
+
+    def main():
+        with lock:
+            return sc.defaultParallelism
+
+    before = sc.statusTracker().getJobIdsForGroup(None)
+    with pytest.raises(SerializationError, match="variable 'lock' captured by main"):
+        HorovodRunner(np=2).run(main)
+    with pytest.raises(SerializationError, match="variable 'sc' captured by main"):
+        HorovodRunner(np=2).run(main)
+    assert sc.statusTracker().getJobIdsForGroup(None) == before
+
+
+def test_dynamic_allocation_is_refused_clearly():
+    script = """
+import sys
+from conftest import new_session
+from airflow_provider_hvd import HorovodRunner
+spark = new_session("local-cluster[1,1,1024]", "dyn", **{"spark.executor.memory": "512m", "spark.dynamicAllocation.enabled": "true",
+                    "spark.dynamicAllocation.shuffleTracking.enabled": "true"})
+try:
+    HorovodRunner(np=1).run(print)
+except Exception as exc:
+    print("ERROR:", type(exc).__name__, exc)
+spark.stop()
+"""
+    import pathlib
+    done = python_in_venv("-c", script, cwd=pathlib.Path(__file__).parent, timeout=120)
+    assert "ERROR: ClusterCapacityError" in done.stdout, done.stdout + done.stderr
+    assert "spark.dynamicAllocation.enabled=false" in done.stdout

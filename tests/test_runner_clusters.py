@@ -1,0 +1,60 @@
+"""np > 0 on real multi-executor Spark: local-cluster, and a standalone master with two workers.
+
+One SparkContext per process, so each master gets its own module-scoped session,
+stopped before the next starts.
+"""
+
+import pytest
+import rank_functions as rf
+from conftest import new_session
+from spark_cluster import StandaloneCluster
+
+from airflow_provider_hvd import HorovodRunner
+from airflow_provider_hvd.runner.errors import RankFailedError
+
+
+@pytest.fixture(scope="module")
+def local_cluster():
+    spark = new_session("local-cluster[2,1,1024]", "hvd-tests-local-cluster", **{"spark.executor.memory": "768m"})
+    yield spark
+    spark.stop()
+
+
+def test_local_cluster_two_executors(local_cluster, no_leftovers):
+    out = HorovodRunner(np=2).run(rf.allreduce_info, x=3)
+    assert out["rank0"]["x"] == 3
+    # Both executors run on this machine: one host, two local ranks.
+    assert sorted((i["rank"], i["local_rank"], i["local_size"], i["cross_size"], i["sum"]) for i in out["all"]) == [
+        (0, 0, 2, 1, 3.0), (1, 1, 2, 1, 3.0)]
+
+
+def test_local_cluster_failure_then_recovery(local_cluster, no_leftovers):
+    with pytest.raises(RankFailedError, match="rank 0 .*ValueError: first batch"):
+        HorovodRunner(np=2).run(rf.fail_on_rank, bad_rank=0, message="first batch")
+    assert HorovodRunner(np=2).run(rf.chatty) == 0
+
+
+def test_standalone_workers_on_distinct_hosts(tmp_path_factory, no_leftovers):
+    # local-cluster's session must be gone before another SparkContext starts.
+    from pyspark.sql import SparkSession
+    active = SparkSession.getActiveSession()
+    if active is not None:
+        active.stop()
+    cluster = StandaloneCluster(tmp_path_factory.mktemp("standalone")).start()
+    try:
+        spark = new_session(cluster.url, "hvd-tests-standalone", **{
+            "spark.driver.host": "127.0.0.1", "spark.driver.bindAddress": "127.0.0.1",
+            "spark.executor.memory": "768m", "spark.executor.cores": "1"})
+        try:
+            out = HorovodRunner(np=2, slot_wait_timeout=60).run(rf.allreduce_info, x="standalone")
+            by_rank = {i["rank"]: i for i in out["all"]}
+            assert out["rank0"]["x"] == "standalone"
+            assert {by_rank[0]["host"], by_rank[1]["host"]} == {"127.0.0.2", "127.0.0.3"}
+            # Two hosts, one rank each: local_size 1, cross_size 2.
+            assert [(by_rank[r]["local_rank"], by_rank[r]["local_size"], by_rank[r]["cross_rank"],
+                     by_rank[r]["cross_size"], by_rank[r]["sum"]) for r in (0, 1)] == [
+                (0, 1, 0, 2, 3.0), (0, 1, 1, 2, 3.0)]
+        finally:
+            spark.stop()
+    finally:
+        cluster.stop()
