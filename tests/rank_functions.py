@@ -103,3 +103,16 @@ def train_linear(steps=40, lr=0.1):
             log_to_driver(f"step {step} loss {losses[-1]:.4f}")
     weights = torch.cat([p.detach().flatten() for p in model.parameters()]).tolist()
     return {"losses": losses, "weights_by_rank": hvd.allgather_object(weights)}
+
+
+def allreduce_steps(steps, pause=0.05, fail_at=None):
+    import horovod.torch as hvd
+    import torch
+
+    hvd.init()
+    for step in range(steps):
+        hvd.allreduce(torch.ones(256), name="grad")
+        if fail_at is not None and step == fail_at and hvd.rank() == 0:
+            raise RuntimeError(f"diverged at step {step}")
+        time.sleep(pause)
+    return steps

@@ -11,22 +11,13 @@ which refuses arbitrary pickled code.
 from __future__ import annotations
 
 import io
-import os
 import re
-import uuid
 from typing import Any
 
-import fsspec
-from fsspec.implementations.local import LocalFileSystem
-
 from airflow_provider_hvd.runner.rank_context import current_rank
+from airflow_provider_hvd.runner.storage import atomic_write, fs_and_path
 
 _NAME = re.compile(r"^ckpt-(\d{10})\.pt$")
-
-
-def _fs_and_path(location: str):
-    fs, path = fsspec.core.url_to_fs(location)
-    return fs, path.rstrip("/")
 
 
 def checkpoint_name(step: int) -> str:
@@ -48,26 +39,12 @@ def save_checkpoint(state: Any, directory: str, *, step: int, rank: int | None =
         return None
     buffer = io.BytesIO()
     torch.save(state, buffer)
-    fs, base = _fs_and_path(directory)
-    fs.makedirs(base, exist_ok=True)
-    final = f"{base}/{checkpoint_name(step)}"
-    tmp = f"{base}/.tmp-{uuid.uuid4().hex}-{checkpoint_name(step)}"
-    with fs.open(tmp, "wb") as f:
-        f.write(buffer.getvalue())
-    try:
-        if isinstance(fs, LocalFileSystem):
-            os.replace(tmp, final)  # atomic on a POSIX file system
-        else:
-            fs.mv(tmp, final)  # object stores: the final key appears whole, by a server-side copy
-    except BaseException:
-        fs.rm(tmp)
-        raise
-    return fs.unstrip_protocol(final)
+    return atomic_write(f"{str(directory).rstrip('/')}/{checkpoint_name(step)}", buffer.getvalue())
 
 
 def latest_checkpoint(directory: str) -> str | None:
     """URL of the newest complete checkpoint under ``directory``, or None when there is none."""
-    fs, base = _fs_and_path(directory)
+    fs, base = fs_and_path(directory)
     if not fs.exists(base):
         return None
     steps = []
@@ -92,7 +69,7 @@ def load_checkpoint(location: str, map_location: Any = "cpu") -> Any:
     """Load a checkpoint written by ``save_checkpoint`` (tensors, dicts, numbers: no arbitrary code)."""
     import torch
 
-    fs, path = _fs_and_path(location)
+    fs, path = fs_and_path(location)
     with fs.open(path, "rb") as f:
         data = f.read()
     return torch.load(io.BytesIO(data), map_location=map_location, weights_only=True)

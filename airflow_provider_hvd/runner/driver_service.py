@@ -47,11 +47,15 @@ def print_log_sink(stream=None) -> LogSink:
 
 
 class DriverService:
-    def __init__(self, secret: bytes, payload: bytes, log_sink: LogSink, host: str = "0.0.0.0"):
+    def __init__(self, secret: bytes, payload: bytes, log_sink: LogSink, host: str = "0.0.0.0",
+                 on_timeline: Callable[[bytes], None] | None = None):
         self._payload = payload
         self._log_sink = log_sink
+        self._on_timeline = on_timeline
         self.events: queue.Queue[Event] = queue.Queue()
         self._closing = threading.Event()
+        self._launchers: dict[int, Channel] = {}
+        self._launchers_done = threading.Condition()
         self._server = ChannelServer(secret, self._handle, host=host)
         self.port = self._server.port
 
@@ -64,6 +68,8 @@ class DriverService:
         if role == "rank":
             self.events.put(Event("rank_started", rank, hello))
         elif role == "launcher":
+            with self._launchers_done:
+                self._launchers[rank] = channel
             self.events.put(Event("launcher_started", rank, hello))
         else:
             log.warning("driver service: unknown peer role %r from %s", role, channel.peer)
@@ -80,6 +86,10 @@ class DriverService:
                         self._log_sink(rank, message.get("stream", "log"), line)
                 elif op == "result":
                     self.events.put(Event("result", rank, message, channel.recv_bytes()))
+                elif op == "timeline":
+                    chunk = channel.recv_bytes()
+                    if self._on_timeline is not None:
+                        self._on_timeline(chunk)
                 elif op in ("exception", "exited"):
                     self.events.put(Event(op, rank, message))
                 elif op == "bye":
@@ -90,8 +100,26 @@ class DriverService:
         finally:
             if role == "rank":
                 self.events.put(Event("rank_closed", rank, hello))
-            elif not said_bye and not self._closing.is_set():
-                self.events.put(Event("launcher_lost", rank, hello))
+            else:
+                with self._launchers_done:
+                    self._launchers.pop(rank, None)
+                    self._launchers_done.notify_all()
+                if not said_bye and not self._closing.is_set():
+                    self.events.put(Event("launcher_lost", rank, hello))
+
+    def stop_ranks(self, grace: float) -> None:
+        """Ask every launcher still connected to kill its rank and report (its last timeline
+        chunk included), and wait up to ``grace`` seconds for them to finish."""
+        self._closing.set()
+        with self._launchers_done:
+            channels = list(self._launchers.values())
+        for channel in channels:
+            try:
+                channel.send_json({"op": "stop"})
+            except OSError:
+                pass
+        with self._launchers_done:
+            self._launchers_done.wait_for(lambda: not self._launchers, timeout=grace)
 
     def close(self) -> None:
         """Close every channel: ranks and launchers treat that as 'stop now'."""

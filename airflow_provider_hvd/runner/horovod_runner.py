@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import time
-from typing import Any, Callable
+from typing import Any, Callable, Iterator
 
 import cloudpickle
 
@@ -13,6 +14,8 @@ from airflow_provider_hvd.runner import payload
 from airflow_provider_hvd.runner.driver_service import DriverService, LogSink, print_log_sink
 from airflow_provider_hvd.runner.errors import HorovodRunError
 from airflow_provider_hvd.runner.monitor import RunMonitor
+from airflow_provider_hvd.runner.rendezvous import Rendezvous
+from airflow_provider_hvd.runner.timeline import DEFAULT_INTERVAL_S, TimelinePublisher
 
 log = logging.getLogger("airflow_provider_hvd.runner")
 
@@ -42,11 +45,17 @@ class HorovodRunner:
         register until ``np`` slots are free, before failing with the count.
     :param log_sink: ``callable(rank, stream, line)`` receiving rank output;
         defaults to printing on stdout.
+    :param timeline: where to deliver the Horovod Timeline recorded on rank 0: a
+        path or an fsspec URL, as seen from the driver. Defaults to
+        ``HOROVOD_TIMELINE`` from ``env`` or the driver's environment. A valid
+        Chrome-trace snapshot lands there every ``timeline_interval`` seconds while
+        training runs, and the whole timeline at the end, also when training fails.
     """
 
     def __init__(self, *, np: int, driver_log_verbosity: str = "all", launcher: str = "auto",
                  env: dict[str, str] | None = None, start_timeout: float = 120.0, spark=None,
-                 slot_wait_timeout: float = 30.0, log_sink: LogSink | None = None):
+                 slot_wait_timeout: float = 30.0, log_sink: LogSink | None = None,
+                 timeline: str | os.PathLike | None = None, timeline_interval: float = DEFAULT_INTERVAL_S):
         if isinstance(np, bool) or not isinstance(np, int):
             raise TypeError(f"HorovodRunner(np=...) takes an int, got {type(np).__name__} {np!r}")
         if np == 0:
@@ -70,6 +79,11 @@ class HorovodRunner:
         self.slot_wait_timeout = float(slot_wait_timeout)
         self._spark = spark
         self._log_sink = log_sink or print_log_sink()
+        timeline = timeline or env.get("HOROVOD_TIMELINE") or os.environ.get("HOROVOD_TIMELINE")
+        self.timeline = str(timeline) if timeline else None
+        if not timeline_interval > 0:
+            raise ValueError(f"timeline_interval must be > 0 seconds, got {timeline_interval!r}")
+        self.timeline_interval = float(timeline_interval)
 
     def run(self, main: Callable[..., Any], **kwargs: Any) -> Any:
         """Call ``main(**kwargs)`` on every rank; return rank 0's return value.
@@ -94,55 +108,73 @@ class HorovodRunner:
         log.info("HorovodRunner: %s finished on %d ranks in %.1f s", name, abs(self.np), time.monotonic() - t0)
         return value
 
+    @contextlib.contextmanager
+    def _driver_side(self, secret: bytes, sealed_call: bytes, host: str) -> Iterator[tuple[DriverService, int]]:
+        """The driver's services for one run: payload/log/result service, rendezvous, timeline.
+        Closing them is what stops every rank, so it happens on every way out."""
+        publisher = TimelinePublisher(self.timeline) if self.timeline else None
+        service = DriverService(secret, sealed_call, self._log_sink, host=host,
+                                on_timeline=publisher.add if publisher else None)
+        rendezvous = Rendezvous()
+        try:
+            yield service, rendezvous.port
+        finally:
+            self._stop(service, publisher is not None)
+            rendezvous.stop()
+            if publisher:
+                publisher.finish()
+
+    @staticmethod
+    def _stop(service: DriverService, timeline: bool) -> None:
+        """Stop every rank still running. Launchers get a moment to report and, for rank 0,
+        to ship the last of the timeline; then every channel closes, which ends the rest."""
+        service.stop_ranks(grace=5.0 if timeline else 1.0)
+        service.close()
+
     def _run_local(self, n: int, secret: bytes, sealed_call: bytes, name: str) -> bytes | None:
         from airflow_provider_hvd.runner.local_launch import LOCAL_HOST, LocalRanks
-        from airflow_provider_hvd.runner.rendezvous import Rendezvous
 
         log.info("HorovodRunner: running %s as %d local ranks on the driver (gloo)", name, n)
-        service = DriverService(secret, sealed_call, self._log_sink, host=LOCAL_HOST)
-        rendezvous = Rendezvous()
-        ranks = LocalRanks(n, secret=secret, driver_port=service.port, rendezvous_port=rendezvous.port,
-                           env=self.env, forward_output=self.driver_log_verbosity == "all")
-        try:
-            ranks.start()
-            return RunMonitor(n, service.events, start_timeout=self.start_timeout,
-                              where="local mode").wait()
-        finally:
-            service.close()
-            ranks.stop()
-            rendezvous.stop()
+        with self._driver_side(secret, sealed_call, LOCAL_HOST) as (service, rendezvous_port):
+            ranks = LocalRanks(n, secret=secret, driver_port=service.port, rendezvous_port=rendezvous_port,
+                               env=self.env, forward_output=self.driver_log_verbosity == "all",
+                               timeline_interval=self.timeline_interval if self.timeline else None)
+            try:
+                ranks.start()
+                return RunMonitor(n, service.events, start_timeout=self.start_timeout,
+                                  where="local mode").wait()
+            finally:
+                self._stop(service, self.timeline is not None)
+                ranks.stop()
 
     def _run_barrier(self, np: int, secret: bytes, sealed_call: bytes, name: str) -> bytes | None:
-        from airflow_provider_hvd.runner.rendezvous import Rendezvous
         from airflow_provider_hvd.runner.spark_launch import BarrierJob, TaskSpec, check_cluster, describe_master
 
         sc = self._spark_context()
         check_cluster(sc, np, self.slot_wait_timeout)
-        driver_host = sc.getConf().get("spark.driver.host")
         log.info("HorovodRunner: running %s as %d ranks in a Spark barrier stage on %s (gloo)",
                  name, np, describe_master(sc))
-        service = DriverService(secret, sealed_call, self._log_sink)
-        rendezvous = Rendezvous()
-        spec = TaskSpec(driver_host=driver_host, driver_port=service.port, rendezvous_port=rendezvous.port,
-                        secret_hex=secret.hex(), forward_output=self.driver_log_verbosity == "all",
-                        env=self.env)
-        job = BarrierJob(sc, np, spec, f"HorovodRunner np={np}: {name}")
-        try:
-            job.start()
-            result = RunMonitor(np, service.events, start_timeout=self.start_timeout,
-                                where=f"Spark master {describe_master(sc)}").wait(job.error)
-            # Every rank is done, so the tasks are returning: give the stage a moment to end by itself.
-            if not job.join(timeout=60):
-                raise HorovodRunError("HorovodRunner: every rank finished but the Spark stage did not end "
-                                      "within 60 s; it was cancelled. Check the executors' logs.")
-            if job.error() is not None:
-                raise HorovodRunError(f"HorovodRunner: every rank finished but the Spark stage failed: "
-                                      f"{job.error()}") from job.error()
-            return result
-        finally:
-            service.close()
-            job.stop()
-            rendezvous.stop()
+        with self._driver_side(secret, sealed_call, "0.0.0.0") as (service, rendezvous_port):
+            spec = TaskSpec(driver_host=sc.getConf().get("spark.driver.host"), driver_port=service.port,
+                            rendezvous_port=rendezvous_port, secret_hex=secret.hex(),
+                            forward_output=self.driver_log_verbosity == "all", env=self.env,
+                            timeline_interval=self.timeline_interval if self.timeline else None)
+            job = BarrierJob(sc, np, spec, f"HorovodRunner np={np}: {name}")
+            try:
+                job.start()
+                result = RunMonitor(np, service.events, start_timeout=self.start_timeout,
+                                    where=f"Spark master {describe_master(sc)}").wait(job.error)
+                # Every rank is done, so the tasks are returning: give the stage a moment to end by itself.
+                if not job.join(timeout=60):
+                    raise HorovodRunError("HorovodRunner: every rank finished but the Spark stage did not end "
+                                          "within 60 s; it was cancelled. Check the executors' logs.")
+                if job.error() is not None:
+                    raise HorovodRunError(f"HorovodRunner: every rank finished but the Spark stage failed: "
+                                          f"{job.error()}") from job.error()
+                return result
+            finally:
+                self._stop(service, self.timeline is not None)
+                job.stop()
 
     def _spark_context(self):
         from pyspark.sql import SparkSession

@@ -13,7 +13,7 @@ LOCAL_HOST = "127.0.0.1"
 
 class LocalRanks:
     def __init__(self, n: int, *, secret: bytes, driver_port: int, rendezvous_port: int,
-                 env: dict[str, str], forward_output: bool):
+                 env: dict[str, str], forward_output: bool, timeline_interval: float | None = None):
         threads_each = str(max(1, (os.cpu_count() or 1) // n))
         self.ranks: list[RankProcess] = []
         for slot in assign_slots(["localhost"] * n):
@@ -22,7 +22,7 @@ class LocalRanks:
                         **gloo_env(slot, rendezvous_addr=LOCAL_HOST, rendezvous_port=rendezvous_port, iface="lo")}
             self.ranks.append(RankProcess(rank=slot.rank, host="localhost", env=rank_env,
                                           driver=(LOCAL_HOST, driver_port), secret=secret,
-                                          forward_output=forward_output))
+                                          forward_output=forward_output, timeline_interval=timeline_interval))
         self._waiters: list[threading.Thread] = []
 
     def start(self) -> None:

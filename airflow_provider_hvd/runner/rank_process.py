@@ -13,23 +13,36 @@ from __future__ import annotations
 import collections
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import threading
 from typing import Any
 
 from airflow_provider_hvd.runner import channel as channel_mod
+from airflow_provider_hvd.runner.timeline import TimelineTail
 
 TAIL_LINES = 30
 
 
 class RankProcess:
     def __init__(self, *, rank: int, host: str, env: dict[str, str], driver: tuple[str, int],
-                 secret: bytes, forward_output: bool):
+                 secret: bytes, forward_output: bool, timeline_interval: float | None = None):
         self.rank = rank
         self.host = host
-        self._env = env
+        # Horovod's timeline is recorded by rank 0 only, into a file of our own that we
+        # ship to the driver; a HOROVOD_TIMELINE inherited from the driver must not
+        # make every rank of a host write one file.
+        self._env = {k: v for k, v in env.items() if k != "HOROVOD_TIMELINE"}
+        if timeline_interval is not None and rank != 0:
+            # Every rank must have the timeline enabled (the coordinator exchanges timeline
+            # state with them, and ranks that disagree deadlock); only rank 0 writes a file.
+            self._env["HOROVOD_TIMELINE"] = "DYNAMIC"
+        self._timeline_interval = timeline_interval if rank == 0 else None
+        self._timeline_dir: str | None = None
+        self._timeline_done = threading.Event()
         self._driver = driver
         self._secret = secret
         self._forward = forward_output
@@ -46,6 +59,9 @@ class RankProcess:
         self._channel = channel_mod.connect(self._driver, self._secret,
                                             {"role": "launcher", "rank": self.rank, "host": self.host,
                                              "pid": os.getpid()})
+        if self._timeline_interval:
+            self._timeline_dir = tempfile.mkdtemp(prefix="hvd-timeline-")
+            self._env["HOROVOD_TIMELINE"] = os.path.join(self._timeline_dir, "timeline.json")
         self.proc = subprocess.Popen(
             [sys.executable, "-u", "-m", "airflow_provider_hvd.runner.rank_main"],
             stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
@@ -60,6 +76,23 @@ class RankProcess:
             t.start()
             self._threads.append(t)
         threading.Thread(target=self._watch_driver, daemon=True, name=f"hvd-rank{self.rank}-watch").start()
+        if self._timeline_dir:
+            self._timeline_tail = TimelineTail(self._env["HOROVOD_TIMELINE"])
+            t = threading.Thread(target=self._ship_timeline, daemon=True, name=f"hvd-rank{self.rank}-timeline")
+            t.start()
+            self._timeline_thread = t
+
+    def _ship_timeline(self) -> None:
+        while not self._timeline_done.wait(self._timeline_interval):
+            self._send_timeline(final=False)
+
+    def _send_timeline(self, final: bool) -> None:
+        chunk = self._timeline_tail.read_new(final=final)
+        if chunk:
+            try:
+                self._channel.send_json_with_bytes({"op": "timeline", "size": len(chunk)}, chunk)
+            except OSError:
+                pass
 
     def _pump(self, stream, name: str) -> None:
         for raw in iter(stream.readline, b""):
@@ -74,9 +107,12 @@ class RankProcess:
         stream.close()
 
     def _watch_driver(self) -> None:
+        """The driver says "stop" (or closes the channel) when the run is over: kill the rank."""
         try:
             while True:
-                self._channel.recv()
+                kind, message = self._channel.recv()
+                if kind == "json" and message.get("op") == "stop":
+                    break
         except Exception:
             pass
         if self.proc.poll() is None:
@@ -98,6 +134,12 @@ class RankProcess:
         self.kill()  # reap anything the rank left in its process group (DataLoader workers, ...)
         for t in self._threads:
             t.join(5)
+        if self._timeline_dir:
+            # Delivered after a failure too: the timeline often shows why a rank stalled.
+            self._timeline_done.set()
+            self._timeline_thread.join(10)
+            self._send_timeline(final=True)
+            shutil.rmtree(self._timeline_dir, ignore_errors=True)
         report: dict[str, Any] = {"op": "exited", "returncode": rc, "host": self.host,
                                   "pid": self.proc.pid, "tail": list(self.tail),
                                   "stopped_by_driver": self._stopped_by_driver.is_set()}

@@ -32,6 +32,7 @@ class TaskSpec:
     secret_hex: str
     forward_output: bool
     env: dict[str, str] = field(default_factory=dict)
+    timeline_interval: float | None = None
 
 
 def run_barrier_task(spec: TaskSpec, _rows):
@@ -49,7 +50,8 @@ def run_barrier_task(spec: TaskSpec, _rows):
     env = {**os.environ, **spec.env,
            **gloo_env(slot, rendezvous_addr=spec.driver_host, rendezvous_port=spec.rendezvous_port, iface=iface)}
     rank = RankProcess(rank=slot.rank, host=slot.hostname, env=env, driver=(spec.driver_host, spec.driver_port),
-                       secret=bytes.fromhex(spec.secret_hex), forward_output=spec.forward_output)
+                       secret=bytes.fromhex(spec.secret_hex), forward_output=spec.forward_output,
+                       timeline_interval=spec.timeline_interval)
     rank.start()
     returncode = rank.wait()
     if returncode != 0:
