@@ -19,6 +19,8 @@ _LAZY = {
     "save_checkpoint": "airflow_provider_hvd.runner.checkpoint",
     "load_checkpoint": "airflow_provider_hvd.runner.checkpoint",
     "latest_checkpoint": "airflow_provider_hvd.runner.checkpoint",
+    "checkpoint_dir": "airflow_provider_hvd.runner.checkpoint",
+    "resume_checkpoint": "airflow_provider_hvd.runner.checkpoint",
     "HorovodRunError": "airflow_provider_hvd.runner.errors",
     "RankFailedError": "airflow_provider_hvd.runner.errors",
     "PayloadError": "airflow_provider_hvd.runner.errors",

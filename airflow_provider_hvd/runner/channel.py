@@ -128,7 +128,7 @@ def connect(address: tuple[str, int], secret: bytes, hello: dict[str, Any],
             raise AuthenticationError(f"driver at {address[0]}:{address[1]} refused us: {reply.get('error')}")
         sock.settimeout(None)
         return channel
-    except ChannelClosed as exc:
+    except (ChannelClosed, ConnectionResetError, BrokenPipeError) as exc:
         sock.close()
         raise AuthenticationError(f"driver at {address[0]}:{address[1]} closed the connection during "
                                   "authentication: the run's secret did not match") from exc

@@ -11,6 +11,7 @@ which refuses arbitrary pickled code.
 from __future__ import annotations
 
 import io
+import os
 import re
 from typing import Any
 
@@ -73,3 +74,22 @@ def load_checkpoint(location: str, map_location: Any = "cpu") -> Any:
     with fs.open(path, "rb") as f:
         data = f.read()
     return torch.load(io.BytesIO(data), map_location=map_location, weights_only=True)
+
+
+# Set by HorovodRunnerOperator for every rank (see operators/horovod_runner.py).
+CHECKPOINT_DIR_ENV = "HVD_CHECKPOINT_DIR"
+RESUME_FROM_ENV = "HVD_RESUME_FROM"
+
+
+def checkpoint_dir() -> str:
+    """Where this run should write its checkpoints (HorovodRunnerOperator sets it per try)."""
+    value = os.environ.get(CHECKPOINT_DIR_ENV)
+    if not value:
+        raise RuntimeError(f"{CHECKPOINT_DIR_ENV} is not set: checkpoint_dir() works inside a run started by "
+                           "HorovodRunnerOperator; elsewhere pass a directory to save_checkpoint yourself.")
+    return value
+
+
+def resume_checkpoint() -> str | None:
+    """The checkpoint to resume from (``resume_from_checkpoint`` of the operator), or None."""
+    return os.environ.get(RESUME_FROM_ENV) or None

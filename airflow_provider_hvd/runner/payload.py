@@ -13,9 +13,12 @@ from __future__ import annotations
 import hashlib
 import hmac
 import inspect
+import os
 import secrets
 import struct
 import sys
+import sysconfig
+import types
 from typing import Any, Callable
 
 import cloudpickle
@@ -90,8 +93,36 @@ def open_sealed(blob: bytes, key: bytes, kind: int) -> bytes:
     return bytes(blob[start:])
 
 
+def _is_user_module(module: types.ModuleType) -> bool:
+    """A module of the user's own (a DAG file, a helper beside it, a script's sibling), which the
+    ranks' interpreters cannot import by name; installed packages and the stdlib can be."""
+    if module.__name__ == "__main__":
+        return False  # cloudpickle already pickles __main__ by value
+    file = getattr(module, "__file__", None)
+    if not file:
+        return False
+    file = os.path.realpath(file)
+    if "site-packages" in file or "dist-packages" in file:
+        return False
+    stdlib = os.path.realpath(sysconfig.get_paths()["stdlib"])
+    return not file.startswith(stdlib + os.sep)
+
+
 def dumps_call(main: Callable[..., Any], kwargs: dict[str, Any]) -> bytes:
-    """cloudpickle ``(main, kwargs)``; on failure, name the argument or captured variable at fault."""
+    """cloudpickle ``(main, kwargs)``; on failure, name the argument or captured variable at fault.
+
+    The module that defines ``main`` is pickled by value when it is the user's own
+    code rather than an installed package, so that ranks on other hosts (which
+    have the same packages but not the user's files) can load it.
+    """
+    module = sys.modules.get(getattr(main, "__module__", None) or "")
+    by_value = (module is not None and _is_user_module(module)
+                and module.__name__ not in cloudpickle.list_registry_pickle_by_value())
+    if by_value:
+        try:
+            cloudpickle.register_pickle_by_value(module)
+        except ValueError:  # already registered, or not importable under its name
+            by_value = False
     try:
         return cloudpickle.dumps((main, kwargs))
     except Exception as exc:  # cloudpickle raises TypeError, PicklingError, RuntimeError (SparkContext) ...
@@ -102,6 +133,9 @@ def dumps_call(main: Callable[..., Any], kwargs: dict[str, Any]) -> bytes:
             "Everything main captures and every keyword argument is pickled and sent to the ranks: "
             "create locks, sockets, open files and SparkContext/SparkSession objects inside the function "
             "instead of capturing them.") from exc
+    finally:
+        if by_value:
+            cloudpickle.unregister_pickle_by_value(module)
 
 
 def dumps_result(value: Any) -> bytes:

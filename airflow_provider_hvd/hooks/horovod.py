@@ -1,0 +1,101 @@
+"""HorovodHook: the ``horovod`` connection (storage, signing key, launcher defaults) and Spark submission."""
+
+from __future__ import annotations
+
+import secrets
+from typing import Any
+
+from airflow.providers.apache.spark.hooks.spark_submit import SparkSubmitHook
+from airflow.sdk import BaseHook, ObjectStoragePath
+from airflow.sdk.exceptions import AirflowNotFoundException
+
+DEFAULT_STORAGE = "file:///tmp/airflow-provider-hvd"
+LOCAL_MASTER = "local[*]"
+
+
+class HorovodHook(BaseHook):
+    """Settings shared by every Horovod task of a deployment, from a ``horovod`` connection.
+
+    Connection fields: *Host* unused; *Password*: the signing key (hex, 32 bytes or
+    more; when empty a fresh key is made for each run); *Extra* (JSON):
+    ``storage_path`` (any ObjectStoragePath URL), ``launcher`` (``auto``/``gloo``),
+    ``driver_log_verbosity``. A missing connection means defaults: per-run keys and
+    the operator's own ``storage_path``.
+
+    :param horovod_conn_id: the connection id (default ``horovod_default``).
+    """
+
+    conn_name_attr = "horovod_conn_id"
+    default_conn_name = "horovod_default"
+    conn_type = "horovod"
+    hook_name = "Horovod"
+
+    @classmethod
+    def get_ui_field_behaviour(cls) -> dict[str, Any]:
+        return {
+            "hidden_fields": ["host", "schema", "login", "port"],
+            "relabeling": {"password": "Signing key (hex)"},
+            "placeholders": {
+                "extra": '{"storage_path": "s3://aws_default@bucket/horovod", "launcher": "auto"}',
+                "password": "leave empty to make a new key for each run",
+            },
+        }
+
+    def __init__(self, horovod_conn_id: str = default_conn_name, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.horovod_conn_id = horovod_conn_id
+        self._settings: dict[str, Any] | None = None
+
+    def get_conn(self) -> dict[str, Any]:
+        """The connection's settings: ``signing_key`` (hex or None) and the extra fields."""
+        if self._settings is None:
+            try:
+                conn = self.get_connection(self.horovod_conn_id)
+            except AirflowNotFoundException:
+                self._settings = {"signing_key": None}
+            else:
+                self._settings = {**conn.extra_dejson, "signing_key": conn.password or None}
+        return self._settings
+
+    def signing_key(self) -> bytes:
+        """The connection's key, or a fresh per-run key. Never logged."""
+        key_hex = self.get_conn().get("signing_key")
+        if not key_hex:
+            return secrets.token_bytes(32)
+        try:
+            key = bytes.fromhex(key_hex.strip())
+        except ValueError:
+            raise ValueError(f"the signing key of connection {self.horovod_conn_id!r} is not hex; generate one "
+                             "with: python -c 'import secrets; print(secrets.token_hex(32))'") from None
+        if len(key) < 16:
+            raise ValueError(f"the signing key of connection {self.horovod_conn_id!r} has {len(key)} bytes; "
+                             "use at least 16 (32 recommended)")
+        return key
+
+    def storage_path(self, override: str | None = None) -> ObjectStoragePath:
+        return ObjectStoragePath(override or self.get_conn().get("storage_path") or DEFAULT_STORAGE)
+
+    def setting(self, name: str, default: Any) -> Any:
+        return self.get_conn().get(name, default)
+
+
+class HorovodSparkSubmitHook(SparkSubmitHook):
+    """SparkSubmitHook whose fallback master is ``local[*]``, not ``yarn``.
+
+    The apache-spark provider silently submits to YARN when the Spark connection
+    does not exist; a laptop or CI has no YARN, and the embedded default of this
+    provider is Spark ``local[*]``. The master actually used is in ``master``.
+    """
+
+    def _resolve_connection(self) -> dict[str, Any]:
+        conn_data = super()._resolve_connection()
+        try:
+            self.get_connection(self._conn_id)
+        except AirflowNotFoundException:
+            conn_data["master"] = LOCAL_MASTER
+            conn_data["deploy_mode"] = None
+        return conn_data
+
+    @property
+    def master(self) -> str:
+        return self._connection["master"]

@@ -1,0 +1,222 @@
+"""HorovodRunnerOperator: one Airflow task = one Horovod training run on Spark."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import sys
+from collections.abc import Callable, Sequence
+from functools import cached_property
+from typing import Any
+
+from airflow.sdk import BaseOperator, Context, ObjectStoragePath
+from airflow.sdk.exceptions import AirflowException
+
+from airflow_provider_hvd.hooks.horovod import HorovodHook, HorovodSparkSubmitHook
+from airflow_provider_hvd.runner import payload, spark_app
+from airflow_provider_hvd.runner.checkpoint import (
+    CHECKPOINT_DIR_ENV,
+    RESUME_FROM_ENV,
+    checkpoint_step,
+    latest_checkpoint,
+)
+from airflow_provider_hvd.runner.errors import PayloadError
+
+
+def plain_url(path: ObjectStoragePath) -> str:
+    """The URL the Spark application opens with fsspec (it has no Airflow connections)."""
+    return f"{path.protocol or 'file'}://{path.path}"
+
+
+class HorovodRunnerOperator(BaseOperator):
+    """Run ``python_callable(**op_kwargs)`` as ``np`` Horovod ranks in a Spark application.
+
+    ``execute`` signs the callable and its rendered kwargs, writes them under a
+    per-try prefix ``<storage_path>/<dag_id>/<run_id>/<task_id>/try-<n>/`` (reference
+    pushed to XCom as ``payload``), submits the provider's Spark application through
+    the apache-spark provider's ``SparkSubmitHook``, streams every rank's log lines
+    into the task log, verifies rank 0's signed result and returns it (the value when
+    it is JSON-serialisable, else its URI).
+
+    :param python_callable: the training function; import modules inside it.
+    :param np: ranks: ``> 0`` a Spark barrier stage; ``< 0`` subprocesses of the Spark driver.
+    :param op_kwargs: keyword arguments for the callable (templated).
+    :param spark_conn_id: Spark connection (master, deploy mode, conf). When it does not
+        exist, Spark ``local[*]`` is used and logged.
+    :param horovod_conn_id: ``horovod`` connection: signing key, storage, launcher defaults.
+    :param storage_path: where payloads, results, timelines and checkpoints go; any
+        ObjectStoragePath URL (templated). Defaults to the connection's, then a local folder.
+    :param timeline: ``True`` records the Horovod Timeline to ``<try prefix>/timeline.json``;
+        a path records it there (templated). Pushed to XCom as ``timeline``.
+    :param checkpoint_path: checkpoint folder exported to ranks as ``HVD_CHECKPOINT_DIR``
+        (``airflow_provider_hvd.checkpoint_dir()``); default ``<try prefix>/checkpoints``
+        (templated). Pushed to XCom as ``checkpoint_dir``.
+    :param resume_from_checkpoint: ``True``: the newest checkpoint of this task's earlier
+        tries (for retries); a folder or checkpoint URL: the newest one there (templated).
+        Exported to ranks as ``HVD_RESUME_FROM`` (``airflow_provider_hvd.resume_checkpoint()``).
+    :param env: extra environment for every rank (templated).
+    :param conf: extra Spark configuration for the application (templated).
+    :param driver_log_verbosity: ``all`` or ``log_callback_only`` (default: the connection's, else ``all``).
+    :param launcher: ``auto`` or ``gloo`` (default: the connection's, else ``auto``).
+    :param start_timeout: seconds for every rank to start.
+    :param timeline_interval: seconds between timeline snapshots during training.
+    """
+
+    template_fields: Sequence[str] = ("op_kwargs", "storage_path", "timeline", "checkpoint_path",
+                                      "resume_from_checkpoint", "env", "conf")
+    template_fields_renderers = {"op_kwargs": "py", "env": "json", "conf": "json"}
+    ui_color = "#e8f4fd"
+
+    def __init__(self, *, python_callable: Callable[..., Any], np: int, op_kwargs: dict[str, Any] | None = None,
+                 spark_conn_id: str = "spark_default", horovod_conn_id: str = HorovodHook.default_conn_name,
+                 storage_path: str | None = None, timeline: bool | str = False,
+                 checkpoint_path: str | None = None, resume_from_checkpoint: bool | str = False,
+                 env: dict[str, str] | None = None, conf: dict[str, Any] | None = None,
+                 driver_log_verbosity: str | None = None, launcher: str | None = None,
+                 start_timeout: float = 120.0, timeline_interval: float = 5.0, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        if not callable(python_callable):
+            raise TypeError(f"python_callable must be a function, got {type(python_callable).__name__}")
+        if isinstance(np, bool) or not isinstance(np, int) or np == 0:
+            raise ValueError(f"np={np!r}: pass N > 0 for N ranks in a Spark barrier stage, or -N for N "
+                             "subprocesses of the Spark driver")
+        self.python_callable = python_callable
+        self.np = np
+        self.op_kwargs = op_kwargs or {}
+        self.spark_conn_id = spark_conn_id
+        self.horovod_conn_id = horovod_conn_id
+        self.storage_path = storage_path
+        self.timeline = timeline
+        self.checkpoint_path = checkpoint_path
+        self.resume_from_checkpoint = resume_from_checkpoint
+        self.env = env or {}
+        self.conf = conf or {}
+        self.driver_log_verbosity = driver_log_verbosity
+        self.launcher = launcher
+        self.start_timeout = start_timeout
+        self.timeline_interval = timeline_interval
+        self._submit_hook: HorovodSparkSubmitHook | None = None
+
+    @cached_property
+    def hook(self) -> HorovodHook:
+        return HorovodHook(horovod_conn_id=self.horovod_conn_id)
+
+    def try_prefix(self, context: Context, try_number: int | None = None) -> ObjectStoragePath:
+        ti = context["ti"]
+        base = self.hook.storage_path(self.storage_path)
+        return base / ti.dag_id / context["run_id"] / ti.task_id / f"try-{try_number or ti.try_number}"
+
+    def execute(self, context: Context) -> Any:
+        ti = context["ti"]
+        prefix = self.try_prefix(context)
+        key = self.hook.signing_key()
+
+        sealed = payload.seal(payload.dumps_call(self.python_callable, self.op_kwargs), key, payload.KIND_CALL)
+        payload_path = prefix / "payload.hvd"
+        payload_path.parent.mkdir(parents=True, exist_ok=True)
+        payload_path.write_bytes(sealed)
+        ti.xcom_push(key="payload", value={"uri": str(payload_path), "size": len(sealed),
+                                           "sha256": hashlib.sha256(sealed).hexdigest()})
+        self.log.info("Payload (%d bytes) written to %s", len(sealed), payload_path)
+
+        result_path = prefix / "result.hvd"
+        checkpoint_dir = ObjectStoragePath(self.checkpoint_path) if self.checkpoint_path else prefix / "checkpoints"
+        ti.xcom_push(key="checkpoint_dir", value=str(checkpoint_dir))
+        rank_env = {**self.env, CHECKPOINT_DIR_ENV: plain_url(checkpoint_dir)}
+        resume = self._resume_from(context)
+        if resume:
+            rank_env[RESUME_FROM_ENV] = resume
+            self.log.info("Resuming from checkpoint %s (step %d)", resume, checkpoint_step(resume))
+        args = ["--payload", plain_url(payload_path), "--result", plain_url(result_path), "--np", str(self.np),
+                "--verbosity", self.driver_log_verbosity or self.hook.setting("driver_log_verbosity", "all"),
+                "--launcher", self.launcher or self.hook.setting("launcher", "auto"),
+                "--start-timeout", str(self.start_timeout), "--timeline-interval", str(self.timeline_interval)]
+        if self.timeline:
+            timeline_path = prefix / "timeline.json" if self.timeline is True else ObjectStoragePath(self.timeline)
+            args += ["--timeline", plain_url(timeline_path)]
+            ti.xcom_push(key="timeline", value=str(timeline_path))
+
+        self._submit_hook = self._make_submit_hook(key, args, rank_env, context)
+        self.log.info("Submitting the Horovod application (np=%d) to Spark master %s", self.np,
+                      self._submit_hook.master)
+        try:
+            self._submit_hook.submit(application=os.path.abspath(spark_app.__file__))
+        except AirflowException as exc:
+            raise AirflowException(self._failure_message(result_path) or str(exc)) from exc
+        return self._read_result(result_path, key)
+
+    def _make_submit_hook(self, key: bytes, args: list[str], rank_env: dict[str, str],
+                          context: Context) -> HorovodSparkSubmitHook:
+        ti = context["ti"]
+        conf = dict(self.conf)  # the hook keeps this dict: the local default below still reaches it
+        hook = HorovodSparkSubmitHook(
+            conn_id=self.spark_conn_id, conf=conf, name=f"horovod-{ti.dag_id}-{ti.task_id}",
+            application_args=args,
+            # The key and the ranks' environment travel in spark-submit's environment, never on
+            # its command line (which the Spark provider logs).
+            env_vars={spark_app.SIGNING_KEY_ENV: key.hex(), spark_app.RANK_ENV_ENV: json.dumps(rank_env),
+                      "PYTHONUNBUFFERED": "1",
+                      "PATH": os.path.dirname(sys.executable) + os.pathsep + os.environ.get("PATH", "")})
+        # Spark's INFO chatter would bury the ranks' lines in the task log; conf can set it back.
+        conf.setdefault("spark.log.level", "WARN")
+        if hook.master.startswith("local"):
+            # Same machine: the driver and its workers use this interpreter (its venv has horovod).
+            conf.setdefault("spark.pyspark.python", sys.executable)
+        return hook
+
+    def _resume_from(self, context: Context) -> str | None:
+        wanted = self.resume_from_checkpoint
+        if not wanted:
+            return None
+        if wanted is True or str(wanted).lower() == "true":
+            try_number = context["ti"].try_number
+            for earlier in range(try_number - 1, 0, -1):
+                found = latest_checkpoint(plain_url(self.try_prefix(context, earlier) / "checkpoints"))
+                if found:
+                    return found
+            if self.checkpoint_path:
+                return latest_checkpoint(plain_url(ObjectStoragePath(self.checkpoint_path)))
+            self.log.info("No checkpoint from an earlier try: training starts fresh")
+            return None
+        location = plain_url(ObjectStoragePath(str(wanted)))
+        try:
+            checkpoint_step(location)
+            return location
+        except ValueError:
+            found = latest_checkpoint(location)
+            if not found:
+                self.log.info("No checkpoint under %s yet: training starts fresh", location)
+            return found
+
+    def _failure_message(self, result_path: ObjectStoragePath) -> str | None:
+        error_path = result_path.parent / (result_path.name + ".error.json")
+        try:
+            report = json.loads(error_path.read_text())
+        except (FileNotFoundError, ValueError, OSError):
+            return None
+        return f"{report['type']}: {report['message']}"
+
+    def _read_result(self, result_path: ObjectStoragePath, key: bytes) -> Any:
+        import cloudpickle
+
+        try:
+            sealed = result_path.read_bytes()
+        except FileNotFoundError:
+            raise AirflowException(f"the Spark application ended without writing rank 0's result to "
+                                   f"{result_path}") from None
+        try:
+            value = cloudpickle.loads(payload.open_sealed(sealed, key, payload.KIND_RESULT))
+        except PayloadError as exc:
+            raise AirflowException(f"refused rank 0's result at {result_path}: {exc}") from exc
+        try:
+            json.dumps(value)
+        except (TypeError, ValueError):
+            self.log.info("Rank 0's result (%s) is not JSON-serialisable: returning its URI", type(value).__name__)
+            return str(result_path)
+        return value
+
+    def on_kill(self) -> None:
+        """Stop the Spark application; its driver's death stops every rank (see runner/spark_app.py)."""
+        if self._submit_hook is not None:
+            self._submit_hook.on_kill()

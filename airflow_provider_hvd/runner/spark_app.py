@@ -1,0 +1,100 @@
+"""The Spark application HorovodRunnerOperator submits: payload in, HorovodRunner, result out.
+
+    spark-submit .../spark_app.py --payload URL --result URL --np N [--timeline URL] ...
+
+No Airflow import: it runs wherever spark-submit puts the driver. The signing
+key (HVD_SIGNING_KEY, hex) and the ranks' extra environment (HVD_RANK_ENV_JSON)
+arrive in the environment, never on the command line,
+and is removed from the environment before any user code runs. The payload is
+verified with it before it is unpickled; rank 0's value is sealed with it and
+written atomically to --result. A failure is written to ``<result>.error.json``
+so the operator can raise the runner's own message, not spark-submit's exit code.
+"""
+
+from __future__ import annotations
+
+import argparse
+import ctypes
+import json
+import logging
+import os
+import signal
+import sys
+import traceback
+
+SIGNING_KEY_ENV = "HVD_SIGNING_KEY"
+RANK_ENV_ENV = "HVD_RANK_ENV_JSON"
+
+
+def _die_with_parent() -> None:
+    # spark-submit's JVM is our parent; when Airflow's on_kill kills it, we go too,
+    # and closing our driver service then stops every rank.
+    try:
+        ctypes.CDLL(None).prctl(1, signal.SIGTERM, 0, 0, 0)  # PR_SET_PDEATHSIG
+    except (OSError, AttributeError):
+        pass
+
+
+def parse_args(argv: list[str]) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--payload", required=True)
+    parser.add_argument("--result", required=True)
+    parser.add_argument("--np", type=int, required=True)
+    parser.add_argument("--timeline")
+    parser.add_argument("--timeline-interval", type=float, default=5.0)
+    parser.add_argument("--verbosity", default="all")
+    parser.add_argument("--launcher", default="auto")
+    parser.add_argument("--start-timeout", type=float, default=120.0)
+    return parser.parse_args(argv)
+
+
+def main(argv: list[str] | None = None) -> int:
+    _die_with_parent()
+    args = parse_args(sys.argv[1:] if argv is None else argv)
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+                        stream=sys.stdout)
+    import cloudpickle
+
+    from airflow_provider_hvd.runner import payload
+    from airflow_provider_hvd.runner.horovod_runner import HorovodRunner
+    from airflow_provider_hvd.runner.storage import atomic_write, fs_and_path
+
+    error_url = args.result + ".error.json"
+    spark = None
+    try:
+        key_hex = os.environ.pop(SIGNING_KEY_ENV, None)
+        if not key_hex:
+            raise payload.PayloadError(f"{SIGNING_KEY_ENV} is not set: this application only runs payloads "
+                                       "signed by HorovodRunnerOperator")
+        key = bytes.fromhex(key_hex)
+        rank_env = json.loads(os.environ.pop(RANK_ENV_ENV, "{}"))
+        fs, path = fs_and_path(args.payload)
+        with fs.open(path, "rb") as f:
+            sealed = f.read()
+        fn, kwargs = cloudpickle.loads(payload.open_sealed(sealed, key, payload.KIND_CALL))
+        from pyspark.sql import SparkSession
+
+        spark = SparkSession.builder.getOrCreate()
+        runner = HorovodRunner(np=args.np, driver_log_verbosity=args.verbosity, launcher=args.launcher,
+                               env=rank_env, start_timeout=args.start_timeout,
+                               timeline=args.timeline, timeline_interval=args.timeline_interval, spark=spark)
+        value = runner.run(fn, **kwargs)
+        atomic_write(args.result, payload.seal(payload.dumps_result(value), key, payload.KIND_RESULT))
+        return 0
+    except BaseException as exc:
+        report = {"type": type(exc).__name__, "message": str(exc), "traceback": traceback.format_exc()}
+        try:
+            atomic_write(error_url, json.dumps(report).encode())
+        except Exception:
+            pass
+        print(f"HorovodRunner application failed: {type(exc).__name__}: {exc}", file=sys.stderr, flush=True)
+        return 1
+    finally:
+        if spark is not None:
+            spark.stop()
+
+
+if __name__ == "__main__":
+    code = main()
+    sys.stdout.flush()
+    os._exit(code)  # do not wait on Spark's non-daemon threads

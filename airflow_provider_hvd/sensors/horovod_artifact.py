@@ -1,0 +1,72 @@
+"""HorovodArtifactSensor: wait for a run's Horovod timeline and/or rank-0 checkpoint."""
+
+from __future__ import annotations
+
+import datetime
+from collections.abc import Sequence
+from typing import Any
+
+from airflow.sdk import BaseSensorOperator, Context, PokeReturnValue, conf
+from airflow.sdk.exceptions import AirflowException
+
+from airflow_provider_hvd.triggers.horovod_artifact import HorovodArtifactTrigger
+from airflow_provider_hvd.utils.artifacts import find_artifacts, parse_when
+
+
+class HorovodArtifactSensor(BaseSensorOperator):
+    """Wait until the Horovod timeline and/or a rank-0 checkpoint exist in storage; return their paths.
+
+    Follows the standard provider's FileSensor: with ``deferrable=True`` it defers
+    to :class:`HorovodArtifactTrigger` only when its first poke finds nothing.
+
+    :param timeline_path: timeline file (templated), e.g. ``{{ ti.xcom_pull('train', key='timeline') }}``.
+    :param checkpoint_dir: folder of checkpoints (templated), e.g. ``{{ ti.xcom_pull('train', key='checkpoint_dir') }}``.
+    :param newer_than: only artifacts modified after this time count (templated; ISO string
+        or datetime), e.g. ``{{ dag_run.start_date }}`` for this run's own checkpoint.
+    :param deferrable: defer to the triggerer instead of occupying a worker slot.
+    """
+
+    template_fields: Sequence[str] = ("timeline_path", "checkpoint_dir", "newer_than")
+    ui_color = "#dff0d8"
+
+    def __init__(self, *, timeline_path: str | None = None, checkpoint_dir: str | None = None,
+                 newer_than: str | datetime.datetime | None = None,
+                 deferrable: bool = conf.getboolean("operators", "default_deferrable", fallback=False),
+                 **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        if not timeline_path and not checkpoint_dir:
+            raise ValueError("HorovodArtifactSensor needs timeline_path, checkpoint_dir or both")
+        self.timeline_path = timeline_path
+        self.checkpoint_dir = checkpoint_dir
+        self.newer_than = newer_than
+        self.deferrable = deferrable
+
+    def _newer_than_iso(self) -> str | None:
+        when = parse_when(self.newer_than)
+        return when.isoformat() if when else None
+
+    def poke(self, context: Context) -> PokeReturnValue:
+        self.log.info("Looking for timeline=%s checkpoint under=%s newer than %s", self.timeline_path,
+                      self.checkpoint_dir, self.newer_than)
+        found = find_artifacts(self.timeline_path or None, self.checkpoint_dir or None,
+                               parse_when(self.newer_than))
+        return PokeReturnValue(is_done=found is not None, xcom_value=found)
+
+    def execute(self, context: Context) -> Any:
+        if not self.deferrable:
+            return super().execute(context=context)
+        first = self.poke(context)
+        if first.is_done:
+            return first.xcom_value
+        self.defer(
+            timeout=datetime.timedelta(seconds=self.timeout),
+            trigger=HorovodArtifactTrigger(timeline_path=self.timeline_path or None,
+                                           checkpoint_dir=self.checkpoint_dir or None,
+                                           newer_than=self._newer_than_iso(), poke_interval=self.poke_interval),
+            method_name="execute_complete",
+        )
+
+    def execute_complete(self, context: Context, event: dict[str, Any] | None = None) -> dict[str, Any]:
+        if not event or event.get("status") != "success":
+            raise AirflowException(f"HorovodArtifactTrigger ended without the artifacts: {event!r}")
+        return event["found"]
