@@ -18,7 +18,7 @@ test-slow: setup
 
 # The main job end to end on the embedded default (Spark local[*], local storage).
 demo: setup
-	$(PY) scripts/demo.py
+	scripts/demo.sh
 
 clean:
-	rm -rf .venv .pytest_cache spark-warehouse
+	rm -rf .venv .airflow .pytest_cache spark-warehouse

@@ -13,6 +13,8 @@ local files, and on a cluster once ``spark_default`` and ``horovod_default`` poi
 
 from __future__ import annotations
 
+import os
+
 import pendulum
 from airflow.sdk import Param, dag, task
 from hvd_examples.digits import evaluate_digits, prepare_digits, train_digits
@@ -21,6 +23,7 @@ from airflow_provider_hvd.operators.horovod_runner import HorovodRunnerOperator
 from airflow_provider_hvd.sensors.horovod_artifact import HorovodArtifactSensor
 
 NP = 2
+DATA = "data/hvd_mnist_pytorch"
 
 
 @dag(
@@ -29,7 +32,7 @@ NP = 2
     catchup=False,
     tags=["horovod", "pytorch", "example"],
     params={
-        "storage": Param("file:///tmp/airflow-provider-hvd", type="string",
+        "storage": Param(os.environ.get("HVD_EXAMPLE_STORAGE", "file:///tmp/airflow-provider-hvd"), type="string",
                          description="ObjectStoragePath URL for data, payloads, timelines, checkpoints"),
         "mnist_path": Param(None, type=["null", "string"], description="optional MNIST .npz to use instead"),
         "epochs": Param(20, type="integer", minimum=1),
@@ -38,11 +41,10 @@ NP = 2
 )
 def hvd_mnist_pytorch():
     @task
-    def prepare(params=None, run_id=None) -> str:
-        data_dir = f"{params['storage']}/data/hvd_mnist_pytorch/{run_id}"
-        info = prepare_digits(data_dir, np=NP, mnist_path=params["mnist_path"])
+    def prepare(params=None) -> str:
+        info = prepare_digits(f"{params['storage']}/{DATA}", np=NP, mnist_path=params["mnist_path"])
         print(f"prepared {info}")
-        return data_dir
+        return info["data_dir"]
 
     data_dir = prepare()
 
@@ -50,8 +52,9 @@ def hvd_mnist_pytorch():
         task_id="train",
         python_callable=train_digits,
         np=NP,
-        op_kwargs={"data_dir": "{{ ti.xcom_pull(task_ids='prepare') }}", "epochs": "{{ params.epochs }}",
-                   "lr": 0.05},
+        # Rendered from params rather than pulled from XCom, so that
+        # `airflow tasks test hvd_mnist_pytorch train` works on its own after prepare ran once.
+        op_kwargs={"data_dir": "{{ params.storage }}/" + DATA, "epochs": "{{ params.epochs }}", "lr": 0.05},
         storage_path="{{ params.storage }}",
         timeline=True,
         render_template_as_native_obj=True,  # epochs renders as an int

@@ -1,0 +1,87 @@
+"""Scheduled retraining: every day, and whenever new data lands, continue from the last checkpoint.
+
+refresh_data -> writes the day's training data; updates the ``hvd_digits_data`` Asset
+retrain      -> HorovodRunnerOperator resuming from the newest checkpoint in a stable
+                folder (``resume_from_checkpoint``) and adding ``epochs`` more
+wait         -> HorovodArtifactSensor: a checkpoint written by *this* run (newer than its start)
+publish      -> evaluates it and publishes it as models/digits/latest.pt; updates the
+                ``hvd_digits_model`` Asset for downstream DAGs (serving, reports)
+"""
+
+from __future__ import annotations
+
+import os
+
+import pendulum
+from airflow.sdk import Asset, Param, dag, task
+from hvd_examples.digits import evaluate_digits, prepare_digits, train_digits
+
+from airflow_provider_hvd.operators.horovod_runner import HorovodRunnerOperator
+from airflow_provider_hvd.sensors.horovod_artifact import HorovodArtifactSensor
+
+NP = 2
+# Where data, checkpoints and models live; parse-time, since Asset URIs are static.
+STORAGE = os.environ.get("HVD_EXAMPLE_STORAGE", "file:///tmp/airflow-provider-hvd")
+DIGITS_DATA = Asset(name="hvd_digits_data", uri=f"{STORAGE}/data/hvd_scheduled_retraining")
+DIGITS_MODEL = Asset(name="hvd_digits_model", uri=f"{STORAGE}/models/digits")
+CHECKPOINTS = f"{STORAGE}/models/digits/checkpoints"
+
+
+@dag(
+    schedule="@daily",
+    start_date=pendulum.datetime(2026, 1, 1, tz="UTC"),
+    catchup=False,
+    max_active_runs=1,  # two runs must not resume from, and write, the same checkpoints at once
+    tags=["horovod", "pytorch", "example", "retraining"],
+    params={"epochs": Param(10, type="integer", minimum=1), "min_accuracy": Param(0.9, type="number")},
+)
+def hvd_scheduled_retraining():
+    @task(outlets=[DIGITS_DATA])
+    def refresh_data(data_interval_end=None) -> str:
+        # A real pipeline would pull the interval's new examples; the digits are reshuffled per day.
+        info = prepare_digits(DIGITS_DATA.uri, np=NP, seed=int(data_interval_end.timestamp()) % 1000)
+        print(f"refreshed {info}")
+        return info["data_dir"]
+
+    data = refresh_data()
+
+    retrain = HorovodRunnerOperator(
+        task_id="retrain",
+        python_callable=train_digits,
+        np=NP,
+        op_kwargs={"data_dir": DIGITS_DATA.uri, "epochs": "{{ params.epochs }}", "lr": 0.05},
+        storage_path=STORAGE,
+        checkpoint_path=CHECKPOINTS,
+        resume_from_checkpoint=CHECKPOINTS,
+        timeline=True,
+        retries=1,
+        render_template_as_native_obj=True,
+    )
+
+    wait = HorovodArtifactSensor(
+        task_id="wait_for_checkpoint",
+        checkpoint_dir=CHECKPOINTS,
+        newer_than="{{ dag_run.start_date }}",
+        poke_interval=5,
+        timeout=600,
+    )
+
+    @task(outlets=[DIGITS_MODEL])
+    def publish(artifacts: dict, params=None) -> dict:
+        import fsspec
+
+        from airflow_provider_hvd.runner.storage import atomic_write
+
+        result = evaluate_digits(DIGITS_DATA.uri, artifacts["checkpoint"])
+        if result["test_accuracy"] < params["min_accuracy"]:
+            raise ValueError(f"not publishing: accuracy {result['test_accuracy']} < {params['min_accuracy']}")
+        with fsspec.open(artifacts["checkpoint"], "rb") as f:
+            latest = atomic_write(f"{DIGITS_MODEL.uri}/latest.pt", f.read())
+        print(f"published {latest}: test accuracy {result['test_accuracy']:.4f} after {result['epoch']} epochs")
+        return {**result, "model": latest}
+
+    data >> retrain >> wait
+    publish(wait.output)
+
+
+hvd_scheduled_retraining()

@@ -1,0 +1,204 @@
+"""The Airflow layer for real: `airflow dags test` / `airflow tasks test` on SQLite, Spark local[*], file storage."""
+
+import asyncio
+import datetime
+import importlib
+import json
+import os
+import signal
+import sqlite3
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pytest
+from conftest import assert_no_run_processes, run_processes
+
+REPO = Path(__file__).resolve().parent.parent
+AIRFLOW = str(Path(sys.executable).parent / "airflow")
+
+
+@pytest.fixture(scope="module")
+def airflow(tmp_path_factory):
+    home = tmp_path_factory.mktemp("airflow_home")
+    storage = tmp_path_factory.mktemp("storage")
+    env = {**os.environ, "AIRFLOW_HOME": str(home), "AIRFLOW__CORE__DAGS_FOLDER": str(REPO / "dags"),
+           "AIRFLOW__CORE__LOAD_EXAMPLES": "False", "HVD_EXAMPLE_STORAGE": f"file://{storage}"}
+    done = subprocess.run([AIRFLOW, "db", "migrate"], env=env, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    return {"env": env, "home": home, "storage": storage}
+
+
+def run_airflow(airflow, *args, timeout=600):
+    done = subprocess.run([AIRFLOW, *args], env=airflow["env"], capture_output=True, text=True, timeout=timeout)
+    return done.returncode, done.stdout + done.stderr
+
+
+def xcoms(airflow, dag_id, task_id):
+    with sqlite3.connect(airflow["home"] / "airflow.db") as db:
+        rows = db.execute("SELECT key, value FROM xcom WHERE dag_id = ? AND task_id = ?", (dag_id, task_id))
+        return {key: json.loads(value) for key, value in rows}
+
+
+def test_mnist_dag_trains_end_to_end(airflow, no_leftovers):
+    rc, out = run_airflow(airflow, "dags", "test", "hvd_mnist_pytorch", "-c", json.dumps({"epochs": 12}))
+    assert rc == 0, out[-5000:]
+    assert "DagRun Finished" in out and "state=success" in out
+    # Both ranks' lines reached the task log, live, with their prefixes.
+    assert "[0]<log>: epoch 12:" in out and "[1]<log>: epoch 12:" in out
+    accuracy = float(out.split("test accuracy ")[1].split()[0])
+    assert accuracy > 0.9
+
+    train = xcoms(airflow, "hvd_mnist_pytorch", "train")
+    assert train["return_value"]["epoch"] == 12  # the templated kwarg was rendered (as an int)
+    ref = train["payload"]
+    payload_file = Path(ref["uri"].removeprefix("file://"))
+    import hashlib
+    assert hashlib.sha256(payload_file.read_bytes()).hexdigest() == ref["sha256"]
+    assert payload_file.parent.name == "try-1"
+    timeline = json.loads(Path(train["timeline"].removeprefix("file://")).read_text())
+    assert any(e.get("name") == "ALLREDUCE" for e in timeline)
+    found = xcoms(airflow, "hvd_mnist_pytorch", "wait_for_artifacts")["return_value"]
+    assert found["checkpoint"].endswith("ckpt-0000000012.pt") and found["timeline"] == train["timeline"]
+
+
+def test_tasks_test_runs_the_train_task_alone(airflow, no_leftovers):
+    rc, out = run_airflow(airflow, "tasks", "test", "hvd_mnist_pytorch", "prepare")
+    assert rc == 0, out[-3000:]
+    rc, out = run_airflow(airflow, "tasks", "test", "-t", json.dumps({"epochs": 2}), "hvd_mnist_pytorch", "train")
+    assert rc == 0, out[-5000:]
+    assert "[1]<log>: epoch 2:" in out
+    assert "Submitting the Horovod application (np=2) to Spark master local[*]" in out
+
+
+def test_scheduled_retraining_resumes_and_publishes(airflow, no_leftovers):
+    conf = json.dumps({"epochs": 4, "min_accuracy": 0.5})
+    rc, out = run_airflow(airflow, "dags", "test", "hvd_scheduled_retraining", "-c", conf)
+    assert rc == 0, out[-5000:]
+    assert "training starts fresh" in out and "after 4 epochs" in out
+    rc, out = run_airflow(airflow, "dags", "test", "hvd_scheduled_retraining", "-c", conf)
+    assert rc == 0, out[-5000:]
+    assert "Resuming from checkpoint" in out and "resumed from" in out and "after 8 epochs" in out
+    assert (airflow["storage"] / "models" / "digits" / "latest.pt").exists()
+
+
+def test_on_kill_stops_spark_and_every_rank(airflow):
+    assert_no_run_processes()
+    rc, out = run_airflow(airflow, "tasks", "test", "hvd_mnist_pytorch", "prepare")
+    assert rc == 0, out[-3000:]
+    proc = subprocess.Popen([AIRFLOW, "tasks", "test", "-t", json.dumps({"epochs": 100000}), "hvd_mnist_pytorch",
+                             "train"], env=airflow["env"], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                            text=True)
+    deadline = time.monotonic() + 120
+    while len(run_processes()) < 2 and time.monotonic() < deadline and proc.poll() is None:
+        time.sleep(0.5)
+    assert len(run_processes()) == 2, "the ranks never started"
+    proc.send_signal(signal.SIGTERM)  # what Airflow sends a task it kills
+    out, _ = proc.communicate(timeout=60)
+    assert "Sending kill signal to spark-submit" in out
+    assert_no_run_processes(timeout=20)
+    import psutil
+    left = [p.cmdline() for p in psutil.process_iter(["cmdline"])
+            if any("spark_app.py" in part for part in (p.info["cmdline"] or []))]
+    assert not left, f"the Spark application survived on_kill: {left}"
+
+
+def test_tampered_payload_is_refused_before_unpickling(tmp_path):
+    from airflow_provider_hvd.runner import payload
+
+    key = payload.new_secret()
+    marker = tmp_path / "pwned"
+    sealed = bytearray(payload.seal(payload.dumps_call(print, {}), key, payload.KIND_CALL))
+    sealed[-3] ^= 0xFF
+    (tmp_path / "payload.hvd").write_bytes(bytes(sealed))
+    env = {**os.environ, "HVD_SIGNING_KEY": key.hex()}
+    done = subprocess.run([sys.executable, str(REPO / "airflow_provider_hvd/runner/spark_app.py"),
+                           "--payload", f"file://{tmp_path}/payload.hvd", "--result", f"file://{tmp_path}/result.hvd",
+                           "--np", "2"], env=env, capture_output=True, text=True, timeout=60)
+    assert done.returncode == 1
+    report = json.loads((tmp_path / "result.hvd.error.json").read_text())
+    assert report["type"] == "PayloadError" and "tampered" in report["message"]
+    assert not marker.exists() and not (tmp_path / "result.hvd").exists()
+
+
+def test_tampered_or_foreign_result_is_refused_by_the_operator(tmp_path):
+    from airflow.sdk import ObjectStoragePath
+    from airflow.sdk.exceptions import AirflowException
+
+    from airflow_provider_hvd.operators.horovod_runner import HorovodRunnerOperator
+    from airflow_provider_hvd.runner import payload
+
+    op = HorovodRunnerOperator(task_id="t", python_callable=print, np=2)
+    key = payload.new_secret()
+    path = ObjectStoragePath(f"file://{tmp_path}/result.hvd")
+    path.write_bytes(payload.seal(payload.dumps_result({"loss": 0.1}), key, payload.KIND_RESULT))
+    assert op._read_result(path, key) == {"loss": 0.1}
+    with pytest.raises(AirflowException, match="signed with another key"):
+        op._read_result(path, payload.new_secret())
+    path.write_bytes(path.read_bytes()[:-4])
+    with pytest.raises(AirflowException, match="truncated"):
+        op._read_result(path, key)
+
+
+def test_sensor_pokes_then_defers_and_trigger_fires(tmp_path):
+    from airflow.sdk.exceptions import TaskDeferred
+
+    from airflow_provider_hvd.runner.checkpoint import save_checkpoint
+    from airflow_provider_hvd.sensors.horovod_artifact import HorovodArtifactSensor
+    from airflow_provider_hvd.triggers.horovod_artifact import HorovodArtifactTrigger
+
+    ckpts, timeline = tmp_path / "ckpts", tmp_path / "timeline.json"
+    since = datetime.datetime.now(datetime.timezone.utc) - datetime.timedelta(seconds=1)
+    sensor = HorovodArtifactSensor(task_id="wait", timeline_path=f"file://{timeline}",
+                                   checkpoint_dir=f"file://{ckpts}", newer_than=since.isoformat(),
+                                   deferrable=True, poke_interval=0.2)
+    assert not sensor.poke({}).is_done
+    with pytest.raises(TaskDeferred) as deferred:
+        sensor.execute({})
+    trigger = deferred.value.trigger
+    classpath, kwargs = trigger.serialize()
+    assert classpath == "airflow_provider_hvd.triggers.horovod_artifact.HorovodArtifactTrigger"
+    rebuilt = importlib.import_module(classpath.rsplit(".", 1)[0]).HorovodArtifactTrigger(**kwargs)
+    assert rebuilt.serialize() == (classpath, kwargs) and kwargs["newer_than"] == since.isoformat()
+
+    def produce():
+        time.sleep(0.5)
+        timeline.write_text("[]")
+        save_checkpoint({"step": 1}, str(ckpts), step=1)
+        save_checkpoint({"step": 2}, str(ckpts), step=2)
+
+    threading.Thread(target=produce).start()
+
+    async def first_event():
+        async for event in rebuilt.run():
+            return event.payload
+
+    event = asyncio.run(asyncio.wait_for(first_event(), timeout=20))
+    assert event["status"] == "success"
+    assert event["found"]["checkpoint"].endswith("ckpt-0000000002.pt")
+    assert sensor.execute_complete({}, event) == event["found"]
+    # Now the first poke succeeds: no deferral, the paths come straight back.
+    assert sensor.execute({}) == event["found"]
+    # Artifacts older than newer_than do not count.
+    later = HorovodArtifactSensor(task_id="w2", checkpoint_dir=str(ckpts),
+                                  newer_than=(datetime.datetime.now(datetime.timezone.utc)
+                                              + datetime.timedelta(minutes=1)).isoformat())
+    assert not later.poke({}).is_done
+    assert isinstance(HorovodArtifactTrigger(checkpoint_dir="x").serialize()[1]["poke_interval"], float)
+
+
+def test_every_class_the_provider_lists_is_importable():
+    from airflow_provider_hvd.get_provider_info import get_provider_info
+
+    info = get_provider_info()
+    modules = [m for kind in ("hooks", "operators", "sensors", "triggers") for entry in info[kind]
+               for m in entry["python-modules"]]
+    assert len(modules) == 4
+    for module in modules:
+        importlib.import_module(module)
+    for conn in info["connection-types"]:
+        module, cls = conn["hook-class-name"].rsplit(".", 1)
+        hook = getattr(importlib.import_module(module), cls)
+        assert hook.conn_type == conn["connection-type"] == "horovod"
