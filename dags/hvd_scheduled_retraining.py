@@ -14,7 +14,7 @@ import os
 
 import pendulum
 from airflow.sdk import Asset, Param, dag, task
-from hvd_examples.digits import evaluate_digits, prepare_digits, train_digits
+from airflow_provider_hvd.examples.digits import evaluate_digits, prepare_digits, train_digits
 
 from airflow_provider_hvd.operators.horovod_runner import HorovodRunnerOperator
 from airflow_provider_hvd.sensors.horovod_artifact import HorovodArtifactSensor

@@ -68,3 +68,9 @@ def spark_local2():
 
 def python_in_venv(*args, **kwargs):
     return subprocess.run([sys.executable, *args], capture_output=True, text=True, **kwargs)
+
+
+# py4j logs at INFO from its atexit hook, after pytest has closed the captured streams.
+import logging  # noqa: E402
+
+logging.getLogger("py4j").setLevel(logging.WARNING)

@@ -1,1 +1,0 @@
-"""Code shared by the example DAGs (ignored by the DAG processor through .airflowignore)."""
