@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import threading
 
+from airflow_provider_hvd.runner.gpus import driver_gpus, local_rank_gpu
 from airflow_provider_hvd.runner.rank_process import RankProcess
 from airflow_provider_hvd.runner.topology import assign_slots, gloo_env
 
@@ -15,11 +16,14 @@ class LocalRanks:
     def __init__(self, n: int, *, secret: bytes, driver_port: int, rendezvous_port: int,
                  env: dict[str, str], forward_output: bool, timeline_interval: float | None = None):
         threads_each = str(max(1, (os.cpu_count() or 1) // n))
+        gpus = driver_gpus()
         self.ranks: list[RankProcess] = []
         for slot in assign_slots(["localhost"] * n):
             rank_env = {**os.environ, "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", threads_each),
                         **env,
                         **gloo_env(slot, rendezvous_addr=LOCAL_HOST, rendezvous_port=rendezvous_port, iface="lo")}
+            if gpus:
+                rank_env["CUDA_VISIBLE_DEVICES"] = local_rank_gpu(gpus, slot.local_rank)
             self.ranks.append(RankProcess(rank=slot.rank, host="localhost", env=rank_env,
                                           driver=(LOCAL_HOST, driver_port), secret=secret,
                                           forward_output=forward_output, timeline_interval=timeline_interval))

@@ -39,6 +39,7 @@ def run_barrier_task(spec: TaskSpec, _rows):
     """Body of each barrier task (runs in the executor's Python worker)."""
     from pyspark import BarrierTaskContext
 
+    from airflow_provider_hvd.runner.gpus import task_gpu_addresses
     from airflow_provider_hvd.runner.network import gloo_interface
     from airflow_provider_hvd.runner.rank_process import RankProcess
     from airflow_provider_hvd.runner.topology import assign_slots, gloo_env
@@ -49,6 +50,9 @@ def run_barrier_task(spec: TaskSpec, _rows):
     iface = gloo_interface(slot.hostname, spec.driver_host)
     env = {**os.environ, **spec.env,
            **gloo_env(slot, rendezvous_addr=spec.driver_host, rendezvous_port=spec.rendezvous_port, iface=iface)}
+    gpus = task_gpu_addresses(ctx)
+    if gpus is not None:
+        env["CUDA_VISIBLE_DEVICES"] = ",".join(gpus)
     rank = RankProcess(rank=slot.rank, host=slot.hostname, env=env, driver=(spec.driver_host, spec.driver_port),
                        secret=bytes.fromhex(spec.secret_hex), forward_output=spec.forward_output,
                        timeline_interval=spec.timeline_interval)
