@@ -20,7 +20,8 @@ def allreduce_info(x=None):
     log_to_driver(f"rank {hvd.rank()} of {hvd.size()} sum {total}")
     info = {"rank": hvd.rank(), "size": hvd.size(), "local_rank": hvd.local_rank(),
             "local_size": hvd.local_size(), "cross_rank": hvd.cross_rank(), "cross_size": hvd.cross_size(),
-            "host": os.environ.get("HOROVOD_HOSTNAME"), "sum": total, "x": x}
+            "host": os.environ.get("HOROVOD_HOSTNAME"), "sum": total, "x": x,
+            "parent": __import__("psutil").Process().parent().name()}
     # Every rank's view, so the driver can check all of them, not only rank 0's.
     return {"rank0": info, "all": hvd.allgather_object(info)}
 

@@ -34,3 +34,29 @@ def test_wrong_secret_is_refused_and_cannot_fetch_the_payload():
         assert lines == ["hello"]
     finally:
         service.close()
+
+
+def test_rsh_service_runs_commands_only_for_holders_of_the_secret(tmp_path):
+    from airflow_provider_hvd.runner.mpi_launch import RshService
+
+    secret = payload.new_secret()
+    service = RshService(secret)
+    marker = tmp_path / "ran"
+    try:
+        with pytest.raises(channel.AuthenticationError):
+            intruder = channel.connect(("127.0.0.1", service.port), payload.new_secret(), {"role": "rsh-agent"})
+            intruder.send_json({"op": "exec", "command": f"touch {marker}"})
+        time.sleep(0.3)
+        assert not marker.exists()
+
+        agent = channel.connect(("127.0.0.1", service.port), secret, {"role": "rsh-agent"})
+        agent.send_json({"op": "exec", "command": f"echo hello; touch {marker}; exit 3"})
+        messages = []
+        while not messages or messages[-1]["op"] != "exit":
+            messages.append(agent.recv_json())
+        agent.close()
+        assert marker.exists()
+        assert "hello" in "".join(m.get("data", "") for m in messages)
+        assert messages[-1] == {"op": "exit", "code": 3}
+    finally:
+        service.close()

@@ -20,8 +20,9 @@ def local_cluster():
     spark.stop()
 
 
-def test_local_cluster_two_executors(local_cluster, no_leftovers):
-    out = HorovodRunner(np=2).run(rf.allreduce_info, x=3)
+@pytest.mark.parametrize("launcher", ["gloo", "mpi"])
+def test_local_cluster_two_executors(local_cluster, launcher, no_leftovers):
+    out = HorovodRunner(np=2, launcher=launcher).run(rf.allreduce_info, x=3)
     assert out["rank0"]["x"] == 3
     # Both executors run on this machine: one host, two local ranks.
     assert sorted((i["rank"], i["local_rank"], i["local_size"], i["cross_size"], i["sum"]) for i in out["all"]) == [
@@ -34,7 +35,8 @@ def test_local_cluster_failure_then_recovery(local_cluster, no_leftovers):
     assert HorovodRunner(np=2).run(rf.chatty) == 0
 
 
-def test_standalone_workers_on_distinct_hosts(tmp_path_factory, no_leftovers):
+@pytest.fixture(scope="module")
+def standalone(tmp_path_factory):
     # local-cluster's session must be gone before another SparkContext starts.
     from pyspark.sql import SparkSession
     active = SparkSession.getActiveSession()
@@ -45,16 +47,38 @@ def test_standalone_workers_on_distinct_hosts(tmp_path_factory, no_leftovers):
         spark = new_session(cluster.url, "hvd-tests-standalone", **{
             "spark.driver.host": "127.0.0.1", "spark.driver.bindAddress": "127.0.0.1",
             "spark.executor.memory": "768m", "spark.executor.cores": "1"})
-        try:
-            out = HorovodRunner(np=2, slot_wait_timeout=60).run(rf.allreduce_info, x="standalone")
-            by_rank = {i["rank"]: i for i in out["all"]}
-            assert out["rank0"]["x"] == "standalone"
-            assert {by_rank[0]["host"], by_rank[1]["host"]} == {"127.0.0.2", "127.0.0.3"}
-            # Two hosts, one rank each: local_size 1, cross_size 2.
-            assert [(by_rank[r]["local_rank"], by_rank[r]["local_size"], by_rank[r]["cross_rank"],
-                     by_rank[r]["cross_size"], by_rank[r]["sum"]) for r in (0, 1)] == [
-                (0, 1, 0, 2, 3.0), (0, 1, 1, 2, 3.0)]
-        finally:
-            spark.stop()
+        yield spark
+        spark.stop()
     finally:
         cluster.stop()
+
+
+@pytest.mark.parametrize("launcher", ["gloo", "mpi"])
+def test_standalone_workers_on_distinct_hosts(standalone, launcher, no_leftovers):
+    out = HorovodRunner(np=2, slot_wait_timeout=60, launcher=launcher).run(rf.allreduce_info, x="standalone")
+    by_rank = {i["rank"]: i for i in out["all"]}
+    assert out["rank0"]["x"] == "standalone"
+    if launcher == "gloo":
+        assert {by_rank[0]["host"], by_rank[1]["host"]} == {"127.0.0.2", "127.0.0.3"}
+    else:
+        # mpirun saw two remote hosts: both orteds were started through the barrier tasks' rsh service.
+        assert [by_rank[r]["parent"] for r in (0, 1)] == ["orted", "orted"]
+    # Two hosts, one rank each: local_size 1, cross_size 2.
+    assert [(by_rank[r]["local_rank"], by_rank[r]["local_size"], by_rank[r]["cross_rank"],
+             by_rank[r]["cross_size"], by_rank[r]["sum"]) for r in (0, 1)] == [
+        (0, 1, 0, 2, 3.0), (0, 1, 1, 2, 3.0)]
+
+
+def test_standalone_mpi_rank_failure_leaves_no_orted(standalone, no_leftovers):
+    import psutil
+    with pytest.raises(RankFailedError, match="rank 1 .*ValueError: remote boom"):
+        HorovodRunner(np=2, slot_wait_timeout=60, launcher="mpi").run(rf.fail_on_rank, bad_rank=1,
+                                                                      message="remote boom")
+    import time
+    deadline = time.monotonic() + 15
+    def orteds():
+        return [p for p in psutil.process_iter(["name", "cmdline"]) if p.info["name"] in ("orted", "mpirun")]
+    while orteds() and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert not orteds()
+    assert HorovodRunner(np=2, launcher="mpi").run(rf.chatty) == 0

@@ -68,9 +68,12 @@ class DriverService:
         if role == "rank":
             self.events.put(Event("rank_started", rank, hello))
         elif role == "launcher":
+            # A gloo launcher starts one rank; mpirun's launcher starts them all.
+            ranks = [int(r) for r in hello.get("ranks", [rank])]
             with self._launchers_done:
                 self._launchers[rank] = channel
-            self.events.put(Event("launcher_started", rank, hello))
+            for r in ranks:
+                self.events.put(Event("launcher_started", r, hello))
         else:
             log.warning("driver service: unknown peer role %r from %s", role, channel.peer)
             return
@@ -83,7 +86,7 @@ class DriverService:
                     channel.send_bytes(self._payload)
                 elif op == "log":
                     for line in str(message.get("line", "")).splitlines() or [""]:
-                        self._log_sink(rank, message.get("stream", "log"), line)
+                        self._log_sink(int(message.get("rank", rank)), message.get("stream", "log"), line)
                 elif op == "result":
                     self.events.put(Event("result", rank, message, channel.recv_bytes()))
                 elif op == "timeline":
@@ -91,7 +94,7 @@ class DriverService:
                     if self._on_timeline is not None:
                         self._on_timeline(chunk)
                 elif op in ("exception", "exited"):
-                    self.events.put(Event(op, rank, message))
+                    self.events.put(Event(op, int(message.get("rank", rank)), message))
                 elif op == "bye":
                     said_bye = True
                     return
@@ -105,7 +108,8 @@ class DriverService:
                     self._launchers.pop(rank, None)
                     self._launchers_done.notify_all()
                 if not said_bye and not self._closing.is_set():
-                    self.events.put(Event("launcher_lost", rank, hello))
+                    for r in hello.get("ranks", [rank]):
+                        self.events.put(Event("launcher_lost", int(r), hello))
 
     def stop_ranks(self, grace: float) -> None:
         """Ask every launcher still connected to kill its rank and report (its last timeline

@@ -20,7 +20,7 @@ from airflow_provider_hvd.runner.timeline import DEFAULT_INTERVAL_S, TimelinePub
 log = logging.getLogger("airflow_provider_hvd.runner")
 
 VERBOSITIES = ("all", "log_callback_only")
-LAUNCHERS = ("auto", "gloo")
+LAUNCHERS = ("auto", "gloo", "mpi")
 
 
 class HorovodRunner:
@@ -36,7 +36,11 @@ class HorovodRunner:
         user opens: warnings, progress bars and library errors printed by the ranks
         would otherwise stay in executor logs that few can reach. Use
         ``"log_callback_only"`` for chatty training loops.
-    :param launcher: ``"gloo"`` or ``"auto"`` (gloo here).
+    :param launcher: ``"mpi"``: mpirun started from the barrier stage, reaching other
+        hosts through the barrier tasks (no ssh); ``"gloo"``: each task starts its
+        rank, with gloo's rendezvous on the driver; ``"auto"`` (default): mpi when
+        OpenMPI and an MPI-enabled horovod are present, else gloo (the choice is logged).
+    :param mpi_args: extra mpirun arguments (launcher mpi), e.g. ``["-mca", "btl", "tcp,self"]``.
     :param env: extra environment variables for every rank.
     :param start_timeout: seconds within which every rank process must have
         started and connected back, or ``run`` fails naming the missing ranks.
@@ -55,7 +59,8 @@ class HorovodRunner:
     def __init__(self, *, np: int, driver_log_verbosity: str = "all", launcher: str = "auto",
                  env: dict[str, str] | None = None, start_timeout: float = 120.0, spark=None,
                  slot_wait_timeout: float = 30.0, log_sink: LogSink | None = None,
-                 timeline: str | os.PathLike | None = None, timeline_interval: float = DEFAULT_INTERVAL_S):
+                 timeline: str | os.PathLike | None = None, timeline_interval: float = DEFAULT_INTERVAL_S,
+                 mpi_args: list[str] | tuple[str, ...] = ()):
         if isinstance(np, bool) or not isinstance(np, int):
             raise TypeError(f"HorovodRunner(np=...) takes an int, got {type(np).__name__} {np!r}")
         if np == 0:
@@ -73,7 +78,8 @@ class HorovodRunner:
             raise ValueError(f"start_timeout must be > 0 seconds, got {start_timeout!r}")
         self.np = np
         self.driver_log_verbosity = driver_log_verbosity
-        self.launcher = launcher
+        self.launcher = self._resolve_launcher(launcher)
+        self.mpi_args = tuple(str(a) for a in mpi_args)
         self.env = env
         self.start_timeout = float(start_timeout)
         self.slot_wait_timeout = float(slot_wait_timeout)
@@ -84,6 +90,20 @@ class HorovodRunner:
         if not timeline_interval > 0:
             raise ValueError(f"timeline_interval must be > 0 seconds, got {timeline_interval!r}")
         self.timeline_interval = float(timeline_interval)
+
+    @staticmethod
+    def _resolve_launcher(launcher: str) -> str:
+        from airflow_provider_hvd.runner.mpi_launch import mpi_available
+
+        if launcher == "gloo":
+            return "gloo"
+        usable, why_not = mpi_available()
+        if launcher == "mpi" and not usable:
+            raise ValueError(f"launcher='mpi' is not available: {why_not}. Use launcher='gloo'.")
+        chosen = "mpi" if usable else "gloo"
+        if launcher == "auto":
+            log.info("HorovodRunner: launcher auto -> %s%s", chosen, f" ({why_not})" if why_not else "")
+        return chosen
 
     def run(self, main: Callable[..., Any], **kwargs: Any) -> Any:
         """Call ``main(**kwargs)`` on every rank; return rank 0's return value.
@@ -132,13 +152,19 @@ class HorovodRunner:
         service.close()
 
     def _run_local(self, n: int, secret: bytes, sealed_call: bytes, name: str) -> bytes | None:
-        from airflow_provider_hvd.runner.local_launch import LOCAL_HOST, LocalRanks
+        from airflow_provider_hvd.runner.local_launch import LOCAL_HOST, LocalMpiRun, LocalRanks
 
-        log.info("HorovodRunner: running %s as %d local ranks on the driver (gloo)", name, n)
+        log.info("HorovodRunner: running %s as %d local ranks on the driver (%s)", name, n, self.launcher)
+        timeline_interval = self.timeline_interval if self.timeline else None
         with self._driver_side(secret, sealed_call, LOCAL_HOST) as (service, rendezvous_port):
-            ranks = LocalRanks(n, secret=secret, driver_port=service.port, rendezvous_port=rendezvous_port,
-                               env=self.env, forward_output=self.driver_log_verbosity == "all",
-                               timeline_interval=self.timeline_interval if self.timeline else None)
+            if self.launcher == "mpi":
+                ranks = LocalMpiRun(n, secret=secret, driver_port=service.port, env=self.env,
+                                    forward_output=self.driver_log_verbosity == "all",
+                                    timeline_interval=timeline_interval, mpi_args=self.mpi_args)
+            else:
+                ranks = LocalRanks(n, secret=secret, driver_port=service.port, rendezvous_port=rendezvous_port,
+                                   env=self.env, forward_output=self.driver_log_verbosity == "all",
+                                   timeline_interval=timeline_interval)
             try:
                 ranks.start()
                 return RunMonitor(n, service.events, start_timeout=self.start_timeout,
@@ -152,13 +178,14 @@ class HorovodRunner:
 
         sc = self._spark_context()
         check_cluster(sc, np, self.slot_wait_timeout)
-        log.info("HorovodRunner: running %s as %d ranks in a Spark barrier stage on %s (gloo)",
-                 name, np, describe_master(sc))
+        log.info("HorovodRunner: running %s as %d ranks in a Spark barrier stage on %s (%s)",
+                 name, np, describe_master(sc), self.launcher)
         with self._driver_side(secret, sealed_call, "0.0.0.0") as (service, rendezvous_port):
             spec = TaskSpec(driver_host=sc.getConf().get("spark.driver.host"), driver_port=service.port,
                             rendezvous_port=rendezvous_port, secret_hex=secret.hex(),
                             forward_output=self.driver_log_verbosity == "all", env=self.env,
-                            timeline_interval=self.timeline_interval if self.timeline else None)
+                            timeline_interval=self.timeline_interval if self.timeline else None,
+                            launcher=self.launcher, mpi_args=self.mpi_args)
             job = BarrierJob(sc, np, spec, f"HorovodRunner np={np}: {name}")
             try:
                 job.start()

@@ -42,3 +42,28 @@ class LocalRanks:
             rank.kill()
         for waiter in self._waiters:
             waiter.join(10)
+
+
+class LocalMpiRun:
+    """np < 0 with launcher="mpi": one mpirun on the driver for all ranks."""
+
+    def __init__(self, n: int, *, secret: bytes, driver_port: int, env: dict[str, str], forward_output: bool,
+                 timeline_interval: float | None, mpi_args: tuple[str, ...]):
+        from airflow_provider_hvd.runner.mpi_launch import MpiRun
+
+        self._run = MpiRun(hosts=[("localhost", n)], rsh={}, iface="lo", env=dict(os.environ), rank_env=env,
+                           driver=(LOCAL_HOST, driver_port), secret=secret, forward_output=forward_output,
+                           timeline_interval=timeline_interval, extra_args=list(mpi_args))
+        self._waiter: threading.Thread | None = None
+
+    def start(self) -> None:
+        self._run.start()
+        self._waiter = threading.Thread(target=self._run.wait, name="hvd-local-mpirun-wait", daemon=True)
+        self._waiter.start()
+
+    def stop(self) -> None:
+        if self._run.proc is not None and self._run.proc.poll() is None:
+            from airflow_provider_hvd.runner.mpi_launch import _killpg
+            _killpg(self._run.proc)
+        if self._waiter is not None:
+            self._waiter.join(10)

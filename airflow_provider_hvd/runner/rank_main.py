@@ -66,8 +66,27 @@ def _hint(exc: BaseException, while_loading: bool) -> str:
     return ""
 
 
+def _bootstrap() -> dict:
+    """From the launcher's stdin line (gloo), or from mpirun's environment (``--mpi``), whose
+    secrets are removed from os.environ at once so that user code and its children never see them."""
+    if "--mpi" not in sys.argv[1:]:
+        return json.loads(sys.stdin.readline())
+    from airflow_provider_hvd.runner import mpi_launch as m
+
+    host, port = os.environ.pop(m.DRIVER_ENV).rsplit(":", 1)
+    rank = int(os.environ["OMPI_COMM_WORLD_RANK"])
+    boot = {"driver": [host, int(port)], "secret": os.environ.pop(m.SECRET_ENV), "rank": rank,
+            "host": os.environ.get("HOSTNAME") or os.uname().nodename, "parent_pid": os.getppid()}
+    for name in (m.RSH_SECRET_ENV, m.RSH_MAP_ENV):
+        os.environ.pop(name, None)
+    gpus = json.loads(os.environ.pop(m.GPUS_BY_RANK_ENV, "null"))
+    if gpus and gpus[rank] is not None:
+        os.environ["CUDA_VISIBLE_DEVICES"] = gpus[rank]
+    return boot
+
+
 def main() -> int:
-    boot = json.loads(sys.stdin.readline())
+    boot = _bootstrap()
     _die_with_parent(boot["parent_pid"])
     rank = int(boot["rank"])
 

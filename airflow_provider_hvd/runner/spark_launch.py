@@ -33,6 +33,8 @@ class TaskSpec:
     forward_output: bool
     env: dict[str, str] = field(default_factory=dict)
     timeline_interval: float | None = None
+    launcher: str = "gloo"
+    mpi_args: tuple[str, ...] = ()
 
 
 def run_barrier_task(spec: TaskSpec, _rows):
@@ -40,11 +42,15 @@ def run_barrier_task(spec: TaskSpec, _rows):
     from pyspark import BarrierTaskContext
 
     from airflow_provider_hvd.runner.gpus import task_gpu_addresses
+
+    ctx = BarrierTaskContext.get()
+    if spec.launcher == "mpi":
+        yield from _mpi_task(spec, ctx)
+        return
     from airflow_provider_hvd.runner.network import gloo_interface
     from airflow_provider_hvd.runner.rank_process import RankProcess
     from airflow_provider_hvd.runner.topology import assign_slots, gloo_env
 
-    ctx = BarrierTaskContext.get()
     task_hosts = [json.loads(h) for h in ctx.allGather(json.dumps(executor_host(ctx)))]
     slot = assign_slots(task_hosts)[ctx.partitionId()]
     iface = gloo_interface(slot.hostname, spec.driver_host)
@@ -62,6 +68,49 @@ def run_barrier_task(spec: TaskSpec, _rows):
         # Failing the task fails the stage, so Spark stops the other tasks too.
         raise RuntimeError(f"Horovod rank {slot.rank} on {slot.hostname} exited with code {returncode}")
     yield slot.rank
+
+
+def _mpi_task(spec: TaskSpec, ctx):
+    """Every task serves mpirun's rsh agent for its host; the task that holds rank 0 runs mpirun;
+    all wait at a final barrier, so no host's service closes while mpirun still needs it."""
+    from airflow_provider_hvd.runner.gpus import task_gpu_addresses
+    from airflow_provider_hvd.runner.mpi_launch import GPUS_BY_RANK_ENV, MpiRun, RshService
+    from airflow_provider_hvd.runner.network import gloo_interface
+    from airflow_provider_hvd.runner.topology import assign_slots
+
+    secret = bytes.fromhex(spec.secret_hex)
+    service = RshService(secret)
+    try:
+        gpus = task_gpu_addresses(ctx)
+        mine = {"host": executor_host(ctx), "rsh_port": service.port, "gpus": ",".join(gpus) if gpus else None}
+        tasks = [json.loads(t) for t in ctx.allGather(json.dumps(mine))]
+        slots = assign_slots([t["host"] for t in tasks])
+        slot = slots[ctx.partitionId()]
+        if slot.rank == 0:
+            hosts: list[tuple[str, int]] = []
+            for s in sorted(slots, key=lambda s: s.rank):
+                if not hosts or hosts[-1][0] != s.hostname:
+                    hosts.append((s.hostname, 0))
+                hosts[-1] = (s.hostname, hosts[-1][1] + 1)
+            gpus_by_rank = [None] * len(slots)
+            for task, s in zip(tasks, slots):
+                gpus_by_rank[s.rank] = task["gpus"]
+            rank_env = dict(spec.env)
+            if any(g is not None for g in gpus_by_rank):
+                rank_env[GPUS_BY_RANK_ENV] = json.dumps(gpus_by_rank)
+            run = MpiRun(hosts=hosts, rsh={t["host"]: (t["host"], t["rsh_port"]) for t in tasks},
+                         iface=gloo_interface(slot.hostname, spec.driver_host), env=dict(os.environ),
+                         rank_env=rank_env, driver=(spec.driver_host, spec.driver_port), secret=secret,
+                         forward_output=spec.forward_output, timeline_interval=spec.timeline_interval,
+                         extra_args=list(spec.mpi_args))
+            run.start()
+            returncode = run.wait()
+            if returncode != 0:
+                raise RuntimeError(f"mpirun exited with code {returncode}")
+        ctx.barrier()
+        yield slot.rank
+    finally:
+        service.close()
 
 
 def executor_host(ctx) -> str:

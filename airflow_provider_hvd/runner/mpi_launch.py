@@ -1,0 +1,268 @@
+"""launcher="mpi": mpirun started from the barrier stage, with no ssh between hosts.
+
+As in Databricks' HorovodRunner, the task holding rank 0 starts ``mpirun`` for all
+ranks. OpenMPI reaches other hosts through its rsh agent (``plm_rsh_agent``), which
+here is ``mpi_rsh``: it asks the *barrier task on that host* to run the ``orted``
+command. Each barrier task serves those requests on an ``RshService`` port,
+authenticated with the run's secret (channel.py), so nothing else can start a
+process there. mpirun's ``--tag-output`` lines are split back into per-rank lines;
+its exit is reported per rank to the driver like the gloo launcher's.
+"""
+
+from __future__ import annotations
+
+import collections
+import json
+import mmap
+import os
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+from functools import lru_cache
+from typing import Any
+
+from airflow_provider_hvd.runner import channel as channel_mod
+from airflow_provider_hvd.runner.timeline import TimelineTail
+
+RSH_MAP_ENV = "HVD_RSH_MAP"
+RSH_SECRET_ENV = "HVD_RSH_SECRET"
+DRIVER_ENV = "HVD_DRIVER_ADDR"
+SECRET_ENV = "HVD_RUN_SECRET"
+GPUS_BY_RANK_ENV = "HVD_GPUS_BY_RANK"
+_TAG = re.compile(r"^\[\d+,(\d+)\]<(stdout|stderr)>:(.*)$")
+_SIGNALED = re.compile(r"process rank (\d+) with PID \d+ on node (\S+) exited on signal (\d+)")
+_EXITED = re.compile(r"Process name: \[\[\d+,\d+\],(\d+)\]\s*Exit code:\s*(\d+)", re.S)
+
+
+@lru_cache(maxsize=1)
+def mpi_available() -> tuple[bool, str]:
+    """(usable, why not): OpenMPI's mpirun on PATH and a horovod built with MPI.
+
+    Reads the horovod extension's dynamic-library names instead of importing it
+    (horovod's own mpi_built() imports torch in a subprocess: seconds per call)."""
+    if not shutil.which("mpirun"):
+        return False, "mpirun is not on PATH (install OpenMPI: apt-get install openmpi-bin libopenmpi-dev)"
+    import importlib.util
+
+    spec = importlib.util.find_spec("horovod")
+    if spec is None or not spec.submodule_search_locations:
+        return False, "horovod is not installed"
+    torch_dir = os.path.join(list(spec.submodule_search_locations)[0], "torch")
+    libs = [f for f in os.listdir(torch_dir) if f.startswith("mpi_lib") and f.endswith(".so")] \
+        if os.path.isdir(torch_dir) else []
+    for lib in libs:
+        with open(os.path.join(torch_dir, lib), "rb") as f, mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as m:
+            if m.find(b"libmpi.so") >= 0:
+                return True, ""
+    return False, "horovod was built without MPI (HOROVOD_WITH_MPI=1; rerun scripts/setup.sh)"
+
+
+class RshService:
+    """Runs the commands mpirun's rsh agent sends to this host (orted), for holders of the secret."""
+
+    def __init__(self, secret: bytes):
+        self._procs: set[subprocess.Popen] = set()
+        self._lock = threading.Lock()
+        self._server = channel_mod.ChannelServer(secret, self._handle, name="hvd-rsh-service")
+        self.port = self._server.port
+
+    def _handle(self, channel: channel_mod.Channel, hello: dict[str, Any]) -> None:
+        request = channel.recv_json()
+        if request.get("op") != "exec":
+            return
+        proc = subprocess.Popen(["/bin/sh", "-c", request["command"]], stdout=subprocess.PIPE,
+                                stderr=subprocess.PIPE, start_new_session=True)
+        with self._lock:
+            self._procs.add(proc)
+
+        def pump(stream, name):
+            for chunk in iter(lambda: stream.read1(65536), b""):
+                try:
+                    channel.send_json({"op": "out", "stream": name, "data": chunk.decode("utf-8", "replace")})
+                except OSError:
+                    break
+
+        pumps = [threading.Thread(target=pump, args=(proc.stdout, "stdout"), daemon=True),
+                 threading.Thread(target=pump, args=(proc.stderr, "stderr"), daemon=True)]
+        for t in pumps:
+            t.start()
+
+        def agent_gone():  # the agent (and so mpirun) went away: stop what it started
+            try:
+                while True:
+                    channel.recv()
+            except Exception:
+                pass
+            _killpg(proc)
+
+        threading.Thread(target=agent_gone, daemon=True).start()
+        code = proc.wait()
+        for t in pumps:
+            t.join(5)
+        _killpg(proc)
+        with self._lock:
+            self._procs.discard(proc)
+        try:
+            channel.send_json({"op": "exit", "code": code})
+        except OSError:
+            pass
+
+    def close(self) -> None:
+        self._server.close()
+        with self._lock:
+            procs = list(self._procs)
+        for proc in procs:
+            _killpg(proc)
+
+
+def _killpg(proc: subprocess.Popen) -> None:
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        pass
+
+
+class MpiRun:
+    """mpirun for all ranks, reported to the driver as one launcher holding every rank."""
+
+    def __init__(self, *, hosts: list[tuple[str, int]], rsh: dict[str, tuple[str, int]], iface: str,
+                 env: dict[str, str], rank_env: dict[str, str], driver: tuple[str, int], secret: bytes,
+                 forward_output: bool, timeline_interval: float | None, extra_args: list[str]):
+        self.np = sum(n for _, n in hosts)
+        self._hosts = hosts
+        self._rsh = rsh
+        self._iface = iface
+        self._env = {k: v for k, v in env.items() if k != "HOROVOD_TIMELINE"}
+        self._rank_env = dict(rank_env)
+        self._driver = driver
+        self._secret = secret
+        self._forward = forward_output
+        self._timeline_interval = timeline_interval
+        self._extra = list(extra_args)
+        self.tails: dict[int, collections.deque] = collections.defaultdict(lambda: collections.deque(maxlen=30))
+        self.mpirun_tail: collections.deque[str] = collections.deque(maxlen=60)
+        self.proc: subprocess.Popen | None = None
+        self._workdir = tempfile.mkdtemp(prefix="hvd-mpi-")
+        self._timeline_done = threading.Event()
+        self._threads: list[threading.Thread] = []
+
+    def _command(self) -> list[str]:
+        agent = os.path.join(self._workdir, "rsh-agent")
+        with open(agent, "w") as f:
+            f.write(f"#!/bin/sh\nexec {sys.executable} -m airflow_provider_hvd.runner.mpi_rsh \"$@\"\n")
+        os.chmod(agent, 0o700)
+        rank_env = {**self._rank_env, DRIVER_ENV: f"{self._driver[0]}:{self._driver[1]}",
+                    SECRET_ENV: self._secret.hex(), "PYTHONUNBUFFERED": "1"}
+        if self._timeline_interval:
+            # Every rank needs it (see rank_process.py); only rank 0, on this host, writes the file.
+            rank_env["HOROVOD_TIMELINE"] = os.path.join(self._workdir, "timeline.json")
+        cmd = ["mpirun"]
+        if os.geteuid() == 0:
+            cmd.append("--allow-run-as-root")
+        cmd += ["--tag-output", "-np", str(self.np), "-H", ",".join(f"{h}:{n}" for h, n in self._hosts),
+                "--bind-to", "none", "--map-by", "slot", "--oversubscribe",
+                "-mca", "plm_rsh_agent", agent, "-mca", "plm_rsh_no_tree_spawn", "1",
+                "-mca", "btl_tcp_if_include", self._iface, "-mca", "oob_tcp_if_include", self._iface]
+        for name in sorted(rank_env):
+            cmd += ["-x", name]
+        cmd += [*self._extra, sys.executable, "-u", "-m", "airflow_provider_hvd.runner.rank_main", "--mpi"]
+        self._launch_env = {**self._env, **rank_env, RSH_SECRET_ENV: self._secret.hex(),
+                            RSH_MAP_ENV: json.dumps({h: list(a) for h, a in self._rsh.items()})}
+        return cmd
+
+    def start(self) -> None:
+        self._channel = channel_mod.connect(self._driver, self._secret,
+                                            {"role": "launcher", "rank": 0, "ranks": list(range(self.np)),
+                                             "host": self._hosts[0][0], "pid": os.getpid()})
+        cmd = self._command()
+        self.proc = subprocess.Popen(cmd, env=self._launch_env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                                     stderr=subprocess.PIPE, start_new_session=True)
+        for stream, name in ((self.proc.stdout, "stdout"), (self.proc.stderr, "stderr")):
+            t = threading.Thread(target=self._pump, args=(stream, name), daemon=True)
+            t.start()
+            self._threads.append(t)
+        threading.Thread(target=self._watch_driver, daemon=True).start()
+        if self._timeline_interval:
+            self._tail = TimelineTail(self._launch_env["HOROVOD_TIMELINE"])
+            self._timeline_thread = threading.Thread(target=self._ship_timeline, daemon=True)
+            self._timeline_thread.start()
+
+    def _send(self, message: dict[str, Any]) -> None:
+        try:
+            self._channel.send_json(message)
+        except OSError:
+            pass
+
+    def _pump(self, stream, name: str) -> None:
+        for raw in iter(stream.readline, b""):
+            line = raw.decode("utf-8", "replace").rstrip("\n")
+            tagged = _TAG.match(line)
+            if tagged:
+                rank, source, text = int(tagged.group(1)), tagged.group(2), tagged.group(3)
+                self.tails[rank].append(f"<{source}> {text}")
+                if self._forward:
+                    self._send({"op": "log", "rank": rank, "stream": source, "line": text})
+            else:  # mpirun's own words (errors, help texts): always shown
+                self.mpirun_tail.append(line)
+                self._send({"op": "log", "rank": 0, "stream": "mpirun", "line": line})
+        stream.close()
+
+    def _watch_driver(self) -> None:
+        try:
+            while True:
+                kind, message = self._channel.recv()
+                if kind == "json" and message.get("op") == "stop":
+                    break
+        except Exception:
+            pass
+        if self.proc.poll() is None:
+            _killpg(self.proc)
+
+    def _ship_timeline(self) -> None:
+        while not self._timeline_done.wait(self._timeline_interval):
+            self._send_timeline(final=False)
+
+    def _send_timeline(self, final: bool) -> None:
+        chunk = self._tail.read_new(final=final)
+        if chunk:
+            try:
+                self._channel.send_json_with_bytes({"op": "timeline", "size": len(chunk)}, chunk)
+            except OSError:
+                pass
+
+    def wait(self) -> int:
+        rc = self.proc.wait()
+        _killpg(self.proc)
+        for t in self._threads:
+            t.join(5)
+        if self._timeline_interval:
+            self._timeline_done.set()
+            self._timeline_thread.join(10)
+            self._send_timeline(final=True)
+        if rc == 0:
+            for rank in range(self.np):
+                self._send({"op": "exited", "rank": rank, "returncode": 0})
+        else:
+            self._send(self._failure_report(rc))
+        self._send({"op": "bye"})
+        self._channel.close()
+        shutil.rmtree(self._workdir, ignore_errors=True)
+        return rc
+
+    def _failure_report(self, rc: int) -> dict[str, Any]:
+        text = "\n".join(self.mpirun_tail)
+        report: dict[str, Any] = {"op": "exited", "rank": 0, "returncode": rc}
+        signaled = _SIGNALED.search(text)
+        exited = _EXITED.search(text)
+        if signaled:
+            report.update(rank=int(signaled.group(1)), host=signaled.group(2),
+                          returncode=-int(signaled.group(3)), signal=signal.Signals(int(signaled.group(3))).name)
+        elif exited:
+            report.update(rank=int(exited.group(1)), returncode=int(exited.group(2)))
+        report["tail"] = list(self.tails.get(report["rank"], [])) + [f"<mpirun> {l}" for l in
+                                                                     list(self.mpirun_tail)[-10:]]
+        return report
