@@ -3,22 +3,22 @@
 PY := .venv/bin/python
 PYTEST_ARGS ?=
 
-.PHONY: setup test test-slow demo bench clean
+.PHONY: setup test demo bench clean
 
 setup:
 	scripts/setup.sh
 
 # The test command the README gives and CI runs.
 test: setup
-	$(PY) -m pytest -m "not slow" $(PYTEST_ARGS)
-
-# Longer fault-injection and scaling cases.
-test-slow: setup
-	$(PY) -m pytest -m slow $(PYTEST_ARGS)
+	$(PY) -m pytest $(PYTEST_ARGS)
 
 # The main job end to end on the embedded default (Spark local[*], local storage).
 demo: setup
 	scripts/demo.sh
+
+# Against the peers, same run, same session: writes docs/benchmarks.md and its plots (~10 min).
+bench: setup
+	$(PY) bench/run.py
 
 clean:
 	rm -rf .venv .airflow .pytest_cache spark-warehouse

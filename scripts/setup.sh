@@ -74,7 +74,7 @@ fi
 
 step "install airflow-provider-hvd (editable) with Airflow, Spark and test tools"
 # pyproject.toml holds every pin; pip resolves them in one go.
-pip_q -e ".[airflow,examples,test]" || fail "pip could not install the package's dependencies (see pyproject.toml)"
+pip_q -e ".[airflow,examples,bench,test]" || fail "pip could not install the package's dependencies (see pyproject.toml)"
 
 if [ "${HVD_SKIP_CHECK:-0}" != 1 ]; then
     step "check the environment is real (horovod build, Spark barrier stage)"

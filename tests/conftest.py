@@ -18,17 +18,21 @@ import rank_functions  # noqa: E402
 
 cloudpickle.register_pickle_by_value(rank_functions)
 
-RANK_MARKERS = ("airflow_provider_hvd.runner.rank_main",)
+RANK_MARKER = "airflow_provider_hvd.runner.rank_main"
 
 
 def run_processes():
-    """Processes that belong to HorovodRunner runs: rank processes and anything they started."""
+    """Processes that belong to HorovodRunner runs: ranks, and mpirun/orted that start them."""
     found = []
-    for proc in psutil.process_iter(["pid", "cmdline"]):
+    for proc in psutil.process_iter(["pid", "name", "cmdline"]):
         cmdline = " ".join(proc.info.get("cmdline") or [])
-        if any(marker in cmdline for marker in RANK_MARKERS):
+        if RANK_MARKER in cmdline or proc.info.get("name") in ("orted", "mpirun"):
             found.append(proc)
     return found
+
+
+def rank_processes():
+    return [p for p in run_processes() if p.info.get("name") not in ("orted", "mpirun")]
 
 
 def assert_no_run_processes(timeout=10.0):

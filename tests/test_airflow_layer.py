@@ -14,7 +14,7 @@ import time
 from pathlib import Path
 
 import pytest
-from conftest import assert_no_run_processes, run_processes
+from conftest import assert_no_run_processes, rank_processes
 
 REPO = Path(__file__).resolve().parent.parent
 AIRFLOW = str(Path(sys.executable).parent / "airflow")
@@ -91,12 +91,17 @@ def test_on_kill_stops_spark_and_every_rank(airflow):
     proc = subprocess.Popen([AIRFLOW, "tasks", "test", "-t", json.dumps({"epochs": 100000}), "hvd_mnist_pytorch",
                              "train"], env=airflow["env"], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                             text=True)
-    deadline = time.monotonic() + 120
-    while len(run_processes()) < 2 and time.monotonic() < deadline and proc.poll() is None:
-        time.sleep(0.5)
-    assert len(run_processes()) == 2, "the ranks never started"
-    proc.send_signal(signal.SIGTERM)  # what Airflow sends a task it kills
-    out, _ = proc.communicate(timeout=60)
+    try:
+        deadline = time.monotonic() + 120
+        while len(rank_processes()) < 2 and time.monotonic() < deadline and proc.poll() is None:
+            time.sleep(0.5)
+        assert len(rank_processes()) == 2, "the ranks never started"
+        time.sleep(2)  # well into training
+        proc.send_signal(signal.SIGTERM)  # what Airflow sends a task it kills
+        out, _ = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
     assert "Sending kill signal to spark-submit" in out
     assert_no_run_processes(timeout=20)
     import psutil

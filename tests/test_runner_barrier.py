@@ -18,8 +18,9 @@ def active_jobs(spark, timeout=10.0):
     return spark.sparkContext.statusTracker().getActiveJobsIds()
 
 
-def test_barrier_two_ranks_allreduce_and_kwargs(spark_local2, no_leftovers):
-    out = HorovodRunner(np=2).run(rf.allreduce_info, x={"lr": 0.1})
+@pytest.mark.parametrize("launcher", ["gloo", "mpi"])
+def test_barrier_two_ranks_allreduce_and_kwargs(spark_local2, launcher, no_leftovers):
+    out = HorovodRunner(np=2, launcher=launcher).run(rf.allreduce_info, x={"lr": 0.1})
     assert out["rank0"]["x"] == {"lr": 0.1}
     ranks = sorted((i["rank"], i["size"], i["local_rank"], i["local_size"], i["cross_rank"], i["cross_size"],
                     i["sum"]) for i in out["all"])
@@ -43,14 +44,15 @@ def test_large_result_comes_back_whole(spark_local2, no_leftovers):
     assert all(len(line) < 10_000 for _, _, line in lines)  # not through the log stream
 
 
-def test_rank_exception_fails_fast_stops_the_job_and_session_recovers(spark_local2, no_leftovers):
+@pytest.mark.parametrize("launcher", ["gloo", "mpi"])
+def test_rank_exception_fails_fast_stops_the_job_and_session_recovers(spark_local2, launcher, no_leftovers):
     t0 = time.monotonic()
     with pytest.raises(RankFailedError) as info:
-        HorovodRunner(np=2).run(rf.fail_on_rank, bad_rank=1, message="nan loss")
+        HorovodRunner(np=2, launcher=launcher).run(rf.fail_on_rank, bad_rank=1, message="nan loss")
     assert time.monotonic() - t0 < 30
     assert info.value.rank == 1 and "ValueError: nan loss" in str(info.value)
     assert active_jobs(spark_local2) == []
-    assert HorovodRunner(np=2).run(rf.chatty) == 0
+    assert HorovodRunner(np=2, launcher=launcher).run(rf.chatty) == 0
 
 
 def test_killed_rank_is_reported_with_signal(spark_local2, no_leftovers):

@@ -14,9 +14,13 @@ def collecting_sink():
     return lines, lambda rank, stream, line: lines.append((rank, stream, line))
 
 
-def test_local_mode_runs_two_ranks_and_returns_rank0(no_leftovers):
+LAUNCHERS = pytest.mark.parametrize("launcher", ["gloo", "mpi"])
+
+
+@LAUNCHERS
+def test_local_mode_runs_two_ranks_and_returns_rank0(launcher, no_leftovers):
     lines, sink = collecting_sink()
-    out = HorovodRunner(np=-2, log_sink=sink).run(rf.allreduce_info, x="kw")
+    out = HorovodRunner(np=-2, log_sink=sink, launcher=launcher).run(rf.allreduce_info, x="kw")
     assert out["rank0"]["rank"] == 0 and out["rank0"]["x"] == "kw"
     assert [(i["rank"], i["size"], i["local_rank"], i["local_size"], i["sum"]) for i in out["all"]] == [
         (0, 2, 0, 2, 3.0), (1, 2, 1, 2, 3.0)]
@@ -29,13 +33,14 @@ def test_rank0_value_is_returned_every_time(no_leftovers):
         assert HorovodRunner(np=-2).run(rf.chatty) == 0
 
 
-def test_verbosity_all_streams_stdout_callback_only_does_not(no_leftovers):
+@LAUNCHERS
+def test_verbosity_all_streams_stdout_callback_only_does_not(launcher, no_leftovers):
     lines, sink = collecting_sink()
-    HorovodRunner(np=-2, log_sink=sink).run(rf.chatty)
+    HorovodRunner(np=-2, log_sink=sink, launcher=launcher).run(rf.chatty)
     assert (1, "stdout", "stdout line from rank 1") in lines
     assert (1, "log", "callback line from rank 1") in lines
     lines, sink = collecting_sink()
-    HorovodRunner(np=-2, driver_log_verbosity="log_callback_only", log_sink=sink).run(rf.chatty)
+    HorovodRunner(np=-2, driver_log_verbosity="log_callback_only", log_sink=sink, launcher=launcher).run(rf.chatty)
     assert {s for _, s, _ in lines} == {"log"} and len(lines) == 2
 
 
@@ -43,10 +48,11 @@ def test_env_reaches_every_rank(no_leftovers):
     assert HorovodRunner(np=-2, env={"MY_SETTING": "42"}).run(rf.echo_env, name="MY_SETTING") == "42"
 
 
-def test_exception_names_rank_type_message_and_traceback(no_leftovers):
+@LAUNCHERS
+def test_exception_names_rank_type_message_and_traceback(launcher, no_leftovers):
     t0 = time.monotonic()
     with pytest.raises(RankFailedError) as info:
-        HorovodRunner(np=-2).run(rf.fail_on_rank, bad_rank=1, message="bad batch 7")
+        HorovodRunner(np=-2, launcher=launcher).run(rf.fail_on_rank, bad_rank=1, message="bad batch 7")
     assert time.monotonic() - t0 < 20
     err = info.value
     assert err.rank == 1 and err.exc_type == "ValueError"
@@ -56,9 +62,10 @@ def test_exception_names_rank_type_message_and_traceback(no_leftovers):
     assert HorovodRunner(np=-2).run(rf.chatty) == 0
 
 
-def test_killed_rank_is_named_with_its_signal_and_last_lines(no_leftovers):
+@LAUNCHERS
+def test_killed_rank_is_named_with_its_signal_and_last_lines(launcher, no_leftovers):
     with pytest.raises(RankFailedError) as info:
-        HorovodRunner(np=-2).run(rf.kill_rank, bad_rank=1)
+        HorovodRunner(np=-2, launcher=launcher).run(rf.kill_rank, bad_rank=1)
     assert info.value.rank == 1 and "signal SIGKILL" in str(info.value)
     assert "last words before SIGKILL" in str(info.value)
 
@@ -69,13 +76,16 @@ def test_module_not_imported_inside_main_gets_the_hint(no_leftovers):
     assert "NameError" in str(info.value) and "'torch'" in str(info.value)
 
 
-def test_start_timeout_names_the_rank_that_never_started(tmp_path, no_leftovers):
+@LAUNCHERS
+def test_start_timeout_names_the_rank_that_never_started(tmp_path, launcher, no_leftovers):
     # A real stall at interpreter start: rank 1's sitecustomize sleeps before the rank connects.
     (tmp_path / "sitecustomize.py").write_text(
-        "import os, time\nif os.environ.get('HOROVOD_RANK') == '1':\n    time.sleep(120)\n")
+        "import os, time\n"
+        "if (os.environ.get('HOROVOD_RANK') or os.environ.get('OMPI_COMM_WORLD_RANK')) == '1':\n"
+        "    time.sleep(120)\n")
     t0 = time.monotonic()
     with pytest.raises(StartTimeoutError, match=r"rank\(s\) \[1\] did not start within start_timeout=3s") as info:
-        HorovodRunner(np=-2, start_timeout=3, env={"PYTHONPATH": str(tmp_path)}).run(rf.chatty)
+        HorovodRunner(np=-2, start_timeout=3, env={"PYTHONPATH": str(tmp_path)}, launcher=launcher).run(rf.chatty)
     assert info.value.missing_ranks == [1]
     assert time.monotonic() - t0 < 15
 
@@ -84,6 +94,7 @@ def test_start_timeout_names_the_rank_that_never_started(tmp_path, no_leftovers)
     ({"np": 0}, ValueError, "np=-N"),
     ({"np": 2.0}, TypeError, "takes an int"),
     ({"np": 2, "launcher": "ssh"}, ValueError, "launcher='ssh' is not known"),
+    ({"np": 2, "mpi_args": "-v"}, TypeError, "mpi_args must be a list"),
     ({"np": 2, "driver_log_verbosity": "loud"}, ValueError, "log_callback_only"),
     ({"np": 2, "env": {"A": 1}}, TypeError, "env must map str to str"),
     ({"np": 2, "start_timeout": 0}, ValueError, "start_timeout"),

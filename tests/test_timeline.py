@@ -32,13 +32,14 @@ def test_snapshot_closes_horovods_open_array():
     assert json.loads(chrome_trace_snapshot(b"")) == []
 
 
-@pytest.mark.parametrize("destination", ["path", "file-url", "memory-url"])
-def test_timeline_is_readable_mid_run_and_complete_after(tmp_path, destination, no_leftovers):
+@pytest.mark.parametrize("destination, launcher", [("path", "gloo"), ("file-url", "gloo"), ("memory-url", "gloo"),
+                                                   ("path", "mpi")])
+def test_timeline_is_readable_mid_run_and_complete_after(tmp_path, destination, launcher, no_leftovers):
     url = {"path": str(tmp_path / "tl" / "timeline.json"),
            "file-url": f"file://{tmp_path}/timeline.json",
            "memory-url": f"memory://hvd-tests/{tmp_path.name}/timeline.json"}[destination]
     box = {}
-    runner = HorovodRunner(np=-2, timeline=url, timeline_interval=0.5)
+    runner = HorovodRunner(np=-2, timeline=url, timeline_interval=0.5, launcher=launcher)
     thread = threading.Thread(target=lambda: box.setdefault("out", runner.run(rf.allreduce_steps, steps=80)))
     thread.start()
     mid = None

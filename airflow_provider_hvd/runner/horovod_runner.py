@@ -79,6 +79,8 @@ class HorovodRunner:
         self.np = np
         self.driver_log_verbosity = driver_log_verbosity
         self.launcher = self._resolve_launcher(launcher)
+        if isinstance(mpi_args, str):
+            raise TypeError(f"mpi_args must be a list of arguments, got the string {mpi_args!r}")
         self.mpi_args = tuple(str(a) for a in mpi_args)
         self.env = env
         self.start_timeout = float(start_timeout)

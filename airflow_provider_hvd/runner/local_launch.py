@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import threading
 
@@ -49,8 +50,11 @@ class LocalMpiRun:
 
     def __init__(self, n: int, *, secret: bytes, driver_port: int, env: dict[str, str], forward_output: bool,
                  timeline_interval: float | None, mpi_args: tuple[str, ...]):
-        from airflow_provider_hvd.runner.mpi_launch import MpiRun
+        from airflow_provider_hvd.runner.mpi_launch import GPUS_BY_RANK_ENV, MpiRun
 
+        gpus = driver_gpus()
+        if gpus:  # one host: local rank == rank
+            env = {**env, GPUS_BY_RANK_ENV: json.dumps([local_rank_gpu(gpus, r) for r in range(n)])}
         self._run = MpiRun(hosts=[("localhost", n)], rsh={}, iface="lo", env=dict(os.environ), rank_env=env,
                            driver=(LOCAL_HOST, driver_port), secret=secret, forward_output=forward_output,
                            timeline_interval=timeline_interval, extra_args=list(mpi_args))
@@ -62,8 +66,8 @@ class LocalMpiRun:
         self._waiter.start()
 
     def stop(self) -> None:
-        if self._run.proc is not None and self._run.proc.poll() is None:
-            from airflow_provider_hvd.runner.mpi_launch import _killpg
-            _killpg(self._run.proc)
+        if self._run.proc is not None:
+            from airflow_provider_hvd.runner.mpi_launch import stop_mpirun
+            stop_mpirun(self._run.proc)
         if self._waiter is not None:
             self._waiter.join(10)

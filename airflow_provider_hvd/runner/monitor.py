@@ -75,7 +75,8 @@ class RunMonitor:
     def _on_event(self, event: Event) -> Event | None:
         rank = event.rank
         if event.kind == "launcher_started":
-            self.hosts[rank] = event.data.get("host", "?")
+            hosts = event.data.get("hosts")  # mpirun's launcher speaks for ranks on every host
+            self.hosts[rank] = hosts[rank] if hosts else event.data.get("host", "?")
         elif event.kind == "rank_started":
             self.started[rank] = event.data
             if len(self.started) == self.np:

@@ -119,6 +119,26 @@ class RshService:
             _killpg(proc)
 
 
+def _term_with_parent() -> None:
+    import ctypes
+
+    ctypes.CDLL(None).prctl(1, signal.SIGTERM, 0, 0, 0)  # PR_SET_PDEATHSIG
+
+
+def stop_mpirun(proc: subprocess.Popen, grace: float = 5.0) -> None:
+    """SIGTERM first: mpirun then ends every process of its job, also ranks that have not yet
+    run a line of ours (stuck importing, say) and so could not know to die with it."""
+    if proc.poll() is None:
+        try:
+            os.killpg(proc.pid, signal.SIGTERM)
+            proc.wait(grace)
+        except (ProcessLookupError, PermissionError):
+            pass
+        except subprocess.TimeoutExpired:
+            pass
+    _killpg(proc)
+
+
 def _killpg(proc: subprocess.Popen) -> None:
     try:
         os.killpg(proc.pid, signal.SIGKILL)
@@ -177,10 +197,13 @@ class MpiRun:
     def start(self) -> None:
         self._channel = channel_mod.connect(self._driver, self._secret,
                                             {"role": "launcher", "rank": 0, "ranks": list(range(self.np)),
-                                             "host": self._hosts[0][0], "pid": os.getpid()})
+                                             "host": self._hosts[0][0], "pid": os.getpid(),
+                                             "hosts": [h for h, n in self._hosts for _ in range(n)]})
         cmd = self._command()
+        # mpirun ends its job on SIGTERM; it gets one when this launcher's thread dies (a killed
+        # Spark task or driver), so its ranks never outlive the run.
         self.proc = subprocess.Popen(cmd, env=self._launch_env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-                                     stderr=subprocess.PIPE, start_new_session=True)
+                                     stderr=subprocess.PIPE, start_new_session=True, preexec_fn=_term_with_parent)
         for stream, name in ((self.proc.stdout, "stdout"), (self.proc.stderr, "stderr")):
             t = threading.Thread(target=self._pump, args=(stream, name), daemon=True)
             t.start()
@@ -220,7 +243,7 @@ class MpiRun:
         except Exception:
             pass
         if self.proc.poll() is None:
-            _killpg(self.proc)
+            stop_mpirun(self.proc)
 
     def _ship_timeline(self) -> None:
         while not self._timeline_done.wait(self._timeline_interval):

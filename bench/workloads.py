@@ -1,0 +1,58 @@
+"""The functions every runner in the benchmark runs (pickled by value: executors do not have bench/)."""
+
+import time
+
+
+def hvd_allreduce():
+    import horovod.torch as hvd
+    import torch
+
+    hvd.init()
+    return hvd.allreduce(torch.ones(1), op=hvd.Sum).item()
+
+
+def torch_allreduce():
+    import torch
+    import torch.distributed as dist
+
+    dist.init_process_group("gloo")
+    t = torch.ones(1)
+    dist.all_reduce(t)
+    value = t.item()
+    dist.destroy_process_group()
+    return value
+
+
+def hvd_train_steps(steps, warmup=5, width=1024):
+    """Steps/s of a fixed MLP (about 4 MB of float32 parameters) on synthetic data."""
+    import horovod.torch as hvd
+    import torch
+
+    hvd.init()
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(width, width), torch.nn.ReLU(), torch.nn.Linear(width, 10))
+    opt = hvd.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=0.01),
+                                   named_parameters=model.named_parameters())
+    hvd.broadcast_parameters(model.state_dict(), root_rank=0)
+    x, y = torch.randn(64, width), torch.randint(0, 10, (64,))
+    for i in range(warmup + steps):
+        if i == warmup:
+            t0 = time.perf_counter()
+        opt.zero_grad()
+        torch.nn.functional.cross_entropy(model(x), y).backward()
+        opt.step()
+    return steps / (time.perf_counter() - t0)
+
+
+def with_payload(blob):
+    import horovod.torch as hvd
+
+    hvd.init()
+    return len(blob)
+
+
+def make_result(megabytes):
+    import horovod.torch as hvd
+
+    hvd.init()
+    return b"x" * (megabytes << 20) if hvd.rank() == 0 else None
