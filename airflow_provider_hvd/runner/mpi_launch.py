@@ -26,7 +26,7 @@ from functools import lru_cache
 from typing import Any
 
 from airflow_provider_hvd.runner import channel as channel_mod
-from airflow_provider_hvd.runner.timeline import TimelineTail
+from airflow_provider_hvd.runner.driver_link import DriverLink
 
 RSH_MAP_ENV = "HVD_RSH_MAP"
 RSH_SECRET_ENV = "HVD_RSH_SECRET"
@@ -97,7 +97,9 @@ class RshService:
                     channel.recv()
             except Exception:
                 pass
+            descendants = _descendants(proc.pid)
             _killpg(proc)
+            _kill_all(descendants)
 
         threading.Thread(target=agent_gone, daemon=True).start()
         code = proc.wait()
@@ -116,27 +118,49 @@ class RshService:
         with self._lock:
             procs = list(self._procs)
         for proc in procs:
+            descendants = _descendants(proc.pid)
             _killpg(proc)
+            _kill_all(descendants)
+
+
+def stop_mpirun(proc: subprocess.Popen, grace: float = 5.0) -> None:
+    """SIGTERM first, so mpirun ends its job its own way; then SIGKILL whatever is left of the
+    tree. OpenMPI puts ranks in process groups of their own, and a rank that has not yet run
+    a line of ours (stuck importing, say) does not know to die with its parent."""
+    descendants = _descendants(proc.pid)
+    if proc.poll() is None:
+        try:
+            os.killpg(proc.pid, signal.SIGTERM)
+            proc.wait(grace)
+        except (ProcessLookupError, PermissionError, subprocess.TimeoutExpired):
+            pass
+    _killpg(proc)
+    _kill_all(descendants + _descendants(proc.pid))
+
+
+def _descendants(pid: int) -> list:
+    import psutil
+
+    try:
+        return psutil.Process(pid).children(recursive=True)
+    except psutil.Error:
+        return []
+
+
+def _kill_all(procs: list) -> None:
+    import psutil
+
+    for p in procs:
+        try:
+            p.kill()
+        except psutil.Error:
+            pass
 
 
 def _term_with_parent() -> None:
     import ctypes
 
     ctypes.CDLL(None).prctl(1, signal.SIGTERM, 0, 0, 0)  # PR_SET_PDEATHSIG
-
-
-def stop_mpirun(proc: subprocess.Popen, grace: float = 5.0) -> None:
-    """SIGTERM first: mpirun then ends every process of its job, also ranks that have not yet
-    run a line of ours (stuck importing, say) and so could not know to die with it."""
-    if proc.poll() is None:
-        try:
-            os.killpg(proc.pid, signal.SIGTERM)
-            proc.wait(grace)
-        except (ProcessLookupError, PermissionError):
-            pass
-        except subprocess.TimeoutExpired:
-            pass
-    _killpg(proc)
 
 
 def _killpg(proc: subprocess.Popen) -> None:
@@ -167,7 +191,6 @@ class MpiRun:
         self.mpirun_tail: collections.deque[str] = collections.deque(maxlen=60)
         self.proc: subprocess.Popen | None = None
         self._workdir = tempfile.mkdtemp(prefix="hvd-mpi-")
-        self._timeline_done = threading.Event()
         self._threads: list[threading.Thread] = []
 
     def _command(self) -> list[str]:
@@ -195,10 +218,10 @@ class MpiRun:
         return cmd
 
     def start(self) -> None:
-        self._channel = channel_mod.connect(self._driver, self._secret,
-                                            {"role": "launcher", "rank": 0, "ranks": list(range(self.np)),
-                                             "host": self._hosts[0][0], "pid": os.getpid(),
-                                             "hosts": [h for h, n in self._hosts for _ in range(n)]})
+        self._link = DriverLink(self._driver, self._secret,
+                                {"role": "launcher", "rank": 0, "ranks": list(range(self.np)),
+                                 "host": self._hosts[0][0], "pid": os.getpid(),
+                                 "hosts": [h for h, n in self._hosts for _ in range(n)]})
         cmd = self._command()
         # mpirun ends its job on SIGTERM; it gets one when this launcher's thread dies (a killed
         # Spark task or driver), so its ranks never outlive the run.
@@ -208,17 +231,9 @@ class MpiRun:
             t = threading.Thread(target=self._pump, args=(stream, name), daemon=True)
             t.start()
             self._threads.append(t)
-        threading.Thread(target=self._watch_driver, daemon=True).start()
+        self._link.on_stop(lambda: stop_mpirun(self.proc))
         if self._timeline_interval:
-            self._tail = TimelineTail(self._launch_env["HOROVOD_TIMELINE"])
-            self._timeline_thread = threading.Thread(target=self._ship_timeline, daemon=True)
-            self._timeline_thread.start()
-
-    def _send(self, message: dict[str, Any]) -> None:
-        try:
-            self._channel.send_json(message)
-        except OSError:
-            pass
+            self._link.ship_timeline(self._launch_env["HOROVOD_TIMELINE"], self._timeline_interval)
 
     def _pump(self, stream, name: str) -> None:
         for raw in iter(stream.readline, b""):
@@ -228,51 +243,22 @@ class MpiRun:
                 rank, source, text = int(tagged.group(1)), tagged.group(2), tagged.group(3)
                 self.tails[rank].append(f"<{source}> {text}")
                 if self._forward:
-                    self._send({"op": "log", "rank": rank, "stream": source, "line": text})
+                    self._link.send({"op": "log", "rank": rank, "stream": source, "line": text})
             else:  # mpirun's own words (errors, help texts): always shown
                 self.mpirun_tail.append(line)
-                self._send({"op": "log", "rank": 0, "stream": "mpirun", "line": line})
+                self._link.send({"op": "log", "rank": 0, "stream": "mpirun", "line": line})
         stream.close()
-
-    def _watch_driver(self) -> None:
-        try:
-            while True:
-                kind, message = self._channel.recv()
-                if kind == "json" and message.get("op") == "stop":
-                    break
-        except Exception:
-            pass
-        if self.proc.poll() is None:
-            stop_mpirun(self.proc)
-
-    def _ship_timeline(self) -> None:
-        while not self._timeline_done.wait(self._timeline_interval):
-            self._send_timeline(final=False)
-
-    def _send_timeline(self, final: bool) -> None:
-        chunk = self._tail.read_new(final=final)
-        if chunk:
-            try:
-                self._channel.send_json_with_bytes({"op": "timeline", "size": len(chunk)}, chunk)
-            except OSError:
-                pass
 
     def wait(self) -> int:
         rc = self.proc.wait()
         _killpg(self.proc)
         for t in self._threads:
             t.join(5)
-        if self._timeline_interval:
-            self._timeline_done.set()
-            self._timeline_thread.join(10)
-            self._send_timeline(final=True)
         if rc == 0:
-            for rank in range(self.np):
-                self._send({"op": "exited", "rank": rank, "returncode": 0})
+            reports = [{"op": "exited", "rank": rank, "returncode": 0} for rank in range(self.np)]
         else:
-            self._send(self._failure_report(rc))
-        self._send({"op": "bye"})
-        self._channel.close()
+            reports = [self._failure_report(rc)]
+        self._link.finish(reports)
         shutil.rmtree(self._workdir, ignore_errors=True)
         return rc
 

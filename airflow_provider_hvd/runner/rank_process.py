@@ -21,8 +21,7 @@ import tempfile
 import threading
 from typing import Any
 
-from airflow_provider_hvd.runner import channel as channel_mod
-from airflow_provider_hvd.runner.timeline import TimelineTail
+from airflow_provider_hvd.runner.driver_link import DriverLink
 
 TAIL_LINES = 30
 
@@ -42,23 +41,20 @@ class RankProcess:
             self._env["HOROVOD_TIMELINE"] = "DYNAMIC"
         self._timeline_interval = timeline_interval if rank == 0 else None
         self._timeline_dir: str | None = None
-        self._timeline_done = threading.Event()
         self._driver = driver
         self._secret = secret
         self._forward = forward_output
         self.tail: collections.deque[str] = collections.deque(maxlen=TAIL_LINES)
-        self._tail_lock = threading.Lock()
         self._stopped_by_driver = threading.Event()
         self.proc: subprocess.Popen | None = None
-        self._channel: channel_mod.Channel | None = None
+        self._link: DriverLink | None = None
         self._threads: list[threading.Thread] = []
 
     def start(self) -> None:
         """Connect to the driver, then spawn the rank. Call from a thread that outlives the rank
         (the rank dies with the thread that started it, through PR_SET_PDEATHSIG)."""
-        self._channel = channel_mod.connect(self._driver, self._secret,
-                                            {"role": "launcher", "rank": self.rank, "host": self.host,
-                                             "pid": os.getpid()})
+        self._link = DriverLink(self._driver, self._secret, {"role": "launcher", "rank": self.rank,
+                                                             "host": self.host, "pid": os.getpid()})
         if self._timeline_interval:
             self._timeline_dir = tempfile.mkdtemp(prefix="hvd-timeline-")
             self._env["HOROVOD_TIMELINE"] = os.path.join(self._timeline_dir, "timeline.json")
@@ -75,46 +71,19 @@ class RankProcess:
                                  name=f"hvd-rank{self.rank}-{name}")
             t.start()
             self._threads.append(t)
-        threading.Thread(target=self._watch_driver, daemon=True, name=f"hvd-rank{self.rank}-watch").start()
+        self._link.on_stop(self._stop_by_driver)
         if self._timeline_dir:
-            self._timeline_tail = TimelineTail(self._env["HOROVOD_TIMELINE"])
-            t = threading.Thread(target=self._ship_timeline, daemon=True, name=f"hvd-rank{self.rank}-timeline")
-            t.start()
-            self._timeline_thread = t
-
-    def _ship_timeline(self) -> None:
-        while not self._timeline_done.wait(self._timeline_interval):
-            self._send_timeline(final=False)
-
-    def _send_timeline(self, final: bool) -> None:
-        chunk = self._timeline_tail.read_new(final=final)
-        if chunk:
-            try:
-                self._channel.send_json_with_bytes({"op": "timeline", "size": len(chunk)}, chunk)
-            except OSError:
-                pass
+            self._link.ship_timeline(self._env["HOROVOD_TIMELINE"], self._timeline_interval)
 
     def _pump(self, stream, name: str) -> None:
         for raw in iter(stream.readline, b""):
             line = raw.decode("utf-8", "replace").rstrip("\n")
-            with self._tail_lock:
-                self.tail.append(f"<{name}> {line}")
+            self.tail.append(f"<{name}> {line}")
             if self._forward:
-                try:
-                    self._channel.send_json({"op": "log", "stream": name, "line": line})
-                except OSError:
-                    pass
+                self._link.send({"op": "log", "stream": name, "line": line})
         stream.close()
 
-    def _watch_driver(self) -> None:
-        """The driver says "stop" (or closes the channel) when the run is over: kill the rank."""
-        try:
-            while True:
-                kind, message = self._channel.recv()
-                if kind == "json" and message.get("op") == "stop":
-                    break
-        except Exception:
-            pass
+    def _stop_by_driver(self) -> None:
         if self.proc.poll() is None:
             self._stopped_by_driver.set()
             self.kill()
@@ -134,21 +103,13 @@ class RankProcess:
         self.kill()  # reap anything the rank left in its process group (DataLoader workers, ...)
         for t in self._threads:
             t.join(5)
-        if self._timeline_dir:
-            # Delivered after a failure too: the timeline often shows why a rank stalled.
-            self._timeline_done.set()
-            self._timeline_thread.join(10)
-            self._send_timeline(final=True)
-            shutil.rmtree(self._timeline_dir, ignore_errors=True)
         report: dict[str, Any] = {"op": "exited", "returncode": rc, "host": self.host,
                                   "pid": self.proc.pid, "tail": list(self.tail),
                                   "stopped_by_driver": self._stopped_by_driver.is_set()}
         if rc < 0:
             report["signal"] = signal.Signals(-rc).name
-        try:
-            self._channel.send_json(report)
-            self._channel.send_json({"op": "bye"})
-        except OSError:
-            pass
-        self._channel.close()
+        # Delivered after a failure too: the timeline often shows why a rank stalled.
+        self._link.finish([report])
+        if self._timeline_dir:
+            shutil.rmtree(self._timeline_dir, ignore_errors=True)
         return rc

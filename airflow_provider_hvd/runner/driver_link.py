@@ -1,0 +1,70 @@
+"""A launcher's link to the driver: reports go up, the driver's "stop" comes down, and
+rank 0's timeline is shipped in chunks. Shared by the gloo launcher (rank_process)
+and the mpi launcher (mpi_launch)."""
+
+from __future__ import annotations
+
+import threading
+from typing import Any, Callable
+
+from airflow_provider_hvd.runner import channel as channel_mod
+from airflow_provider_hvd.runner.timeline import TimelineTail
+
+
+class DriverLink:
+    def __init__(self, driver: tuple[str, int], secret: bytes, hello: dict[str, Any]):
+        self.channel = channel_mod.connect(driver, secret, hello)
+        self._timeline_tail: TimelineTail | None = None
+        self._timeline_done = threading.Event()
+        self._timeline_thread: threading.Thread | None = None
+
+    def send(self, message: dict[str, Any]) -> None:
+        """Best effort: once the driver is gone there is nobody left to tell."""
+        try:
+            self.channel.send_json(message)
+        except OSError:
+            pass
+
+    def on_stop(self, callback: Callable[[], None]) -> None:
+        """Call ``callback`` when the driver says "stop" or closes the channel (the run is over)."""
+
+        def watch() -> None:
+            try:
+                while True:
+                    kind, message = self.channel.recv()
+                    if kind == "json" and message.get("op") == "stop":
+                        break
+            except Exception:
+                pass
+            callback()
+
+        threading.Thread(target=watch, name="hvd-driver-watch", daemon=True).start()
+
+    def ship_timeline(self, path: str, interval: float) -> None:
+        self._timeline_tail = TimelineTail(path)
+
+        def loop() -> None:
+            while not self._timeline_done.wait(interval):
+                self._send_timeline(final=False)
+
+        self._timeline_thread = threading.Thread(target=loop, name="hvd-timeline", daemon=True)
+        self._timeline_thread.start()
+
+    def _send_timeline(self, final: bool) -> None:
+        chunk = self._timeline_tail.read_new(final=final)
+        if chunk:
+            try:
+                self.channel.send_json_with_bytes({"op": "timeline", "size": len(chunk)}, chunk)
+            except OSError:
+                pass
+
+    def finish(self, reports: list[dict[str, Any]]) -> None:
+        """Ship the rest of the timeline (after a failure too), send the exit reports, say bye."""
+        if self._timeline_tail is not None:
+            self._timeline_done.set()
+            self._timeline_thread.join(10)
+            self._send_timeline(final=True)
+        for report in reports:
+            self.send(report)
+        self.send({"op": "bye"})
+        self.channel.close()
