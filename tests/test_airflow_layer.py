@@ -207,3 +207,15 @@ def test_every_class_the_provider_lists_is_importable():
         module, cls = conn["hook-class-name"].rsplit(".", 1)
         hook = getattr(importlib.import_module(module), cls)
         assert hook.conn_type == conn["connection-type"] == "horovod"
+
+
+def test_retry_resumes_from_the_failed_tries_checkpoint(airflow, no_leftovers):
+    env = {**airflow["env"], "AIRFLOW__CORE__DAGS_FOLDER": str(REPO / "tests" / "dags")}
+    done = subprocess.run([AIRFLOW, "dags", "test", "hvd_retry_resume"], env=env, capture_output=True, text=True,
+                          timeout=600)
+    out = done.stdout + done.stderr
+    assert done.returncode == 0, out[-5000:]
+    assert "first try dies after its checkpoint" in out
+    result = xcoms(airflow, "hvd_retry_resume", "train")["return_value"]
+    assert result["resumed_from_step"] == 7
+    assert "/train/try-1/checkpoints/ckpt-0000000007.pt" in result["resume"]
