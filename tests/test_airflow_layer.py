@@ -219,3 +219,23 @@ def test_retry_resumes_from_the_failed_tries_checkpoint(airflow, no_leftovers):
     result = xcoms(airflow, "hvd_retry_resume", "train")["return_value"]
     assert result["resumed_from_step"] == 7
     assert "/train/try-1/checkpoints/ckpt-0000000007.pt" in result["resume"]
+
+
+def test_signing_key_and_storage_come_from_the_horovod_connection(airflow, tmp_path, no_leftovers):
+    from airflow_provider_hvd.runner import payload
+
+    key = payload.new_secret()
+    conn = {"conn_type": "horovod", "password": key.hex(),
+            "extra": {"storage_path": f"file://{tmp_path}/from-connection", "launcher": "gloo"}}
+    env = {**airflow["env"], "AIRFLOW_CONN_HOROVOD_DEFAULT": json.dumps(conn),
+           "AIRFLOW__CORE__DAGS_FOLDER": str(REPO / "tests" / "dags")}
+    done = subprocess.run([AIRFLOW, "tasks", "test", "hvd_retry_resume", "train"], env=env, capture_output=True,
+                          text=True, timeout=600)
+    out = done.stdout + done.stderr
+    # The first try of this DAG fails on purpose; what matters is where and how it signed.
+    payloads = list((tmp_path / "from-connection").rglob("payload.hvd"))
+    assert len(payloads) == 1, out[-3000:]
+    header = payloads[0].read_bytes()[:18]
+    assert header[10:18] == payload.key_fingerprint(key)  # signed with the connection's key
+    assert key.hex() not in out  # and the key is never logged
+    assert "(gloo)" in out  # the connection's launcher default
