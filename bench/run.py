@@ -131,12 +131,13 @@ def size_scaling(reps, sizes_mb):
 
     from airflow_provider_hvd import HorovodRunner
 
+    def run_with(blob):
+        return HorovodRunner(np=2, launcher="gloo", log_sink=lambda *a: None).run(workloads.with_payload, blob=blob)
+
     payload, result = {}, {}
     for mb in sizes_mb:
         blob = numpy.random.default_rng(0).bytes(mb << 20)
-        payload[mb] = stats([timed(lambda: HorovodRunner(np=2, launcher="gloo", log_sink=lambda *a: None).run(
-            workloads.with_payload, blob=blob)) for _ in range(reps)])
-        del blob
+        payload[mb] = stats([timed(lambda: run_with(blob)) for _ in range(reps)])
         result[mb] = stats([timed(lambda: HorovodRunner(np=2, launcher="gloo", log_sink=lambda *a: None).run(
             workloads.make_result, megabytes=mb)) for _ in range(reps)])
         print(f"  size {mb} MB: payload {payload[mb]['median']:.2f}s, result {result[mb]['median']:.2f}s", flush=True)

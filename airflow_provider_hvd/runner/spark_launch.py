@@ -20,7 +20,7 @@ import time
 import uuid
 from dataclasses import dataclass, field
 
-from airflow_provider_hvd.runner.errors import ClusterCapacityError, HorovodRunError
+from airflow_provider_hvd.runner.errors import ClusterCapacityError
 
 
 @dataclass(frozen=True)
