@@ -11,6 +11,7 @@ Module map (one job each):
   rank_process    starts one rank as a fresh Python process and reports how it ended
   rank_main       what runs inside that process: verify, unpickle, call, send result
   rank_context    ``log_to_driver`` and what a rank knows about itself
+  lifetime        processes die with their parent (PR_SET_PDEATHSIG)
   local_launch    np < 0: ranks as subprocesses of the driver
   spark_launch    np > 0: one Spark barrier stage, one rank per task
   checkpoint      rank-0-only, atomic checkpoints on a path or fsspec URL

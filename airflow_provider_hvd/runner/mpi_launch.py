@@ -158,9 +158,9 @@ def _kill_all(procs: list) -> None:
 
 
 def _term_with_parent() -> None:
-    import ctypes
+    from airflow_provider_hvd.runner.lifetime import die_with_parent
 
-    ctypes.CDLL(None).prctl(1, signal.SIGTERM, 0, 0, 0)  # PR_SET_PDEATHSIG
+    die_with_parent(signal.SIGTERM)
 
 
 def _killpg(proc: subprocess.Popen) -> None:

@@ -12,7 +12,6 @@ subprocesses would inherit it. The rank then
 
 from __future__ import annotations
 
-import ctypes
 import json
 import os
 import signal
@@ -25,13 +24,10 @@ EXIT_DRIVER_GONE = 75
 
 
 def _die_with_parent(parent_pid: int) -> None:
-    try:
-        libc = ctypes.CDLL(None, use_errno=True)
-        libc.prctl(1, signal.SIGKILL, 0, 0, 0)  # PR_SET_PDEATHSIG
-    except (OSError, AttributeError):
-        return
-    if os.getppid() != parent_pid:  # the launcher died before prctl took effect
-        os._exit(EXIT_DRIVER_GONE)
+    from airflow_provider_hvd.runner.lifetime import die_with_parent
+
+    if die_with_parent(signal.SIGKILL) and os.getppid() != parent_pid:
+        os._exit(EXIT_DRIVER_GONE)  # the launcher died before the kernel could be told
 
 
 _finishing = threading.Event()

@@ -14,7 +14,6 @@ so the operator can raise the runner's own message, not spark-submit's exit code
 from __future__ import annotations
 
 import argparse
-import ctypes
 import json
 import logging
 import os
@@ -29,10 +28,9 @@ RANK_ENV_ENV = "HVD_RANK_ENV_JSON"
 def _die_with_parent() -> None:
     # spark-submit's JVM is our parent; when Airflow's on_kill kills it, we go too,
     # and closing our driver service then stops every rank.
-    try:
-        ctypes.CDLL(None).prctl(1, signal.SIGTERM, 0, 0, 0)  # PR_SET_PDEATHSIG
-    except (OSError, AttributeError):
-        pass
+    from airflow_provider_hvd.runner.lifetime import die_with_parent
+
+    die_with_parent(signal.SIGTERM)
 
 
 def parse_args(argv: list[str]) -> argparse.Namespace:
