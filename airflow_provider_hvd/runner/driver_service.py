@@ -1,6 +1,7 @@
 """The driver's end of a run: serves the payload, collects logs, results and failures.
 
-Two kinds of peers connect, each with the run's secret (see channel.py):
+Three kinds of peers connect, each with the run's secret (see channel.py):
+  - a barrier *task*, once, to learn where every other task is (roster.py);
   - a *launcher* (the barrier task, or a thread of the driver in local mode) that
     started a rank process and reports how it ended, forwarding its output;
   - the *rank* process itself, which fetches the payload, sends
@@ -15,10 +16,12 @@ import logging
 import queue
 import sys
 import threading
+import time
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
 from airflow_provider_hvd.runner.channel import Channel, ChannelClosed, ChannelServer
+from airflow_provider_hvd.runner.roster import Roster
 
 log = logging.getLogger(__name__)
 
@@ -48,14 +51,19 @@ def print_log_sink(stream=None) -> LogSink:
 
 class DriverService:
     def __init__(self, secret: bytes, payload: bytes, log_sink: LogSink, host: str = "0.0.0.0",
-                 on_timeline: Callable[[bytes], None] | None = None):
+                 on_timeline: Callable[[bytes], None] | None = None, tasks: int = 0):
+        """``tasks``: the number of barrier tasks that will join the roster (0 in local mode)."""
         self._payload = payload
+        self._roster = Roster(tasks) if tasks else None
+        self._t0 = time.monotonic()
         self._log_sink = log_sink
         self._on_timeline = on_timeline
         self.events: queue.Queue[Event] = queue.Queue()
         self._closing = threading.Event()
-        self._launchers: dict[int, Channel] = {}
-        self._launchers_done = threading.Condition()
+        # Peers that hold processes of the run and must be told to stop: launchers by
+        # ("launcher", rank), barrier tasks still serving something by ("task", partition).
+        self._peers: dict[tuple[str, int], Channel] = {}
+        self._peers_changed = threading.Condition()
         self._server = ChannelServer(secret, self._handle, host=host)
         self.port = self._server.port
 
@@ -65,13 +73,16 @@ class DriverService:
 
     def _handle(self, channel: Channel, hello: dict[str, Any]) -> None:
         role, rank = hello.get("role"), int(hello.get("rank", -1))
+        if role == "task":
+            self._serve_task(channel, hello)
+            return
         if role == "rank":
             self.events.put(Event("rank_started", rank, hello))
         elif role == "launcher":
             # A gloo launcher starts one rank; mpirun's launcher starts them all.
             ranks = [int(r) for r in hello.get("ranks", [rank])]
-            with self._launchers_done:
-                self._launchers[rank] = channel
+            with self._peers_changed:
+                self._peers[("launcher", rank)] = channel
             for r in ranks:
                 self.events.put(Event("launcher_started", r, hello))
         else:
@@ -104,26 +115,56 @@ class DriverService:
             if role == "rank":
                 self.events.put(Event("rank_closed", rank, hello))
             else:
-                with self._launchers_done:
-                    self._launchers.pop(rank, None)
-                    self._launchers_done.notify_all()
+                with self._peers_changed:
+                    self._peers.pop(("launcher", rank), None)
+                    self._peers_changed.notify_all()
                 if not said_bye and not self._closing.is_set():
                     for r in hello.get("ranks", [rank]):
                         self.events.put(Event("launcher_lost", int(r), hello))
 
+    def _serve_task(self, channel: Channel, hello: dict[str, Any]) -> None:
+        if self._roster is None:
+            log.warning("driver service: a barrier task joined a run that has none, from %s", channel.peer)
+            return
+        partition = int(hello.get("partition", -1))
+        with self._peers_changed:
+            self._peers[("task", partition)] = channel
+        said_bye = False
+        try:
+            slots = self._roster.join(channel, partition, dict(hello.get("info") or {}))
+            if slots is not None:
+                hosts = sorted({s.hostname for s in slots})
+                log.info("HorovodRunner: all %d barrier tasks joined in %.1f s, on %s", len(slots),
+                         time.monotonic() - self._t0, ", ".join(hosts))
+            while True:
+                if channel.recv_json().get("op") == "bye":
+                    said_bye = True
+                    return
+        except (ChannelClosed, OSError, ValueError) as exc:
+            if isinstance(exc, ValueError):
+                log.warning("driver service: %s", exc)
+        finally:
+            with self._peers_changed:
+                self._peers.pop(("task", partition), None)
+                self._peers_changed.notify_all()
+            if not said_bye and not self._closing.is_set():
+                for r in self._roster.ranks_of(partition):
+                    self.events.put(Event("launcher_lost", r, {"host": hello.get("info", {}).get("host", "?")}))
+
     def stop_ranks(self, grace: float) -> None:
         """Ask every launcher still connected to kill its rank and report (its last timeline
-        chunk included), and wait up to ``grace`` seconds for them to finish."""
+        chunk included), release the barrier tasks still serving, and wait up to ``grace``
+        seconds for all of them to leave."""
         self._closing.set()
-        with self._launchers_done:
-            channels = list(self._launchers.values())
+        with self._peers_changed:
+            channels = list(self._peers.values())
         for channel in channels:
             try:
                 channel.send_json({"op": "stop"})
             except OSError:
                 pass
-        with self._launchers_done:
-            self._launchers_done.wait_for(lambda: not self._launchers, timeout=grace)
+        with self._peers_changed:
+            self._peers_changed.wait_for(lambda: not self._peers, timeout=grace)
 
     def close(self) -> None:
         """Close every channel: ranks and launchers treat that as 'stop now'."""

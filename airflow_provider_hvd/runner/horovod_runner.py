@@ -131,12 +131,13 @@ class HorovodRunner:
         return value
 
     @contextlib.contextmanager
-    def _driver_side(self, secret: bytes, sealed_call: bytes, host: str) -> Iterator[tuple[DriverService, int]]:
+    def _driver_side(self, secret: bytes, sealed_call: bytes, host: str,
+                     tasks: int = 0) -> Iterator[tuple[DriverService, int]]:
         """The driver's services for one run: payload/log/result service, rendezvous, timeline.
         Closing them is what stops every rank, so it happens on every way out."""
         publisher = TimelinePublisher(self.timeline) if self.timeline else None
         service = DriverService(secret, sealed_call, self._log_sink, host=host,
-                                on_timeline=publisher.add if publisher else None)
+                                on_timeline=publisher.add if publisher else None, tasks=tasks)
         rendezvous = Rendezvous()
         try:
             yield service, rendezvous.port
@@ -182,7 +183,7 @@ class HorovodRunner:
         check_cluster(sc, np, self.slot_wait_timeout)
         log.info("HorovodRunner: running %s as %d ranks in a Spark barrier stage on %s (%s)",
                  name, np, describe_master(sc), self.launcher)
-        with self._driver_side(secret, sealed_call, "0.0.0.0") as (service, rendezvous_port):
+        with self._driver_side(secret, sealed_call, "0.0.0.0", tasks=np) as (service, rendezvous_port):
             spec = TaskSpec(driver_host=sc.getConf().get("spark.driver.host"), driver_port=service.port,
                             rendezvous_port=rendezvous_port, secret_hex=secret.hex(),
                             forward_output=self.driver_log_verbosity == "all", env=self.env,
@@ -193,7 +194,9 @@ class HorovodRunner:
                 job.start()
                 result = RunMonitor(np, service.events, start_timeout=self.start_timeout,
                                     where=f"Spark master {describe_master(sc)}").wait(job.error)
-                # Every rank is done, so the tasks are returning: give the stage a moment to end by itself.
+                # Every rank is done: release the tasks still serving (mpi's rsh agents) and give
+                # the stage a moment to end by itself.
+                self._stop(service, self.timeline is not None)
                 if not job.join(timeout=60):
                     raise HorovodRunError("HorovodRunner: every rank finished but the Spark stage did not end "
                                           "within 60 s; it was cancelled. Check the executors' logs.")

@@ -1,10 +1,12 @@
 """np > 0: one Spark barrier stage of np tasks, one rank per task slot.
 
-Each barrier task shares its executor's address with the others through
-``BarrierTaskContext.allGather`` (``getTaskInfos()``, or SPARK_LOCAL_IP where the
-cluster sets it), derives the whole host-by-host rank assignment from that list
-(the same in every task), and starts its own rank with gloo,
-reaching the rendezvous server and the driver service on the driver. The stage
+Each barrier task sends its executor's address (SPARK_LOCAL_IP where the cluster
+sets it, else ``getTaskInfos()``) to the driver's roster and gets every task's
+back (roster.py: one round trip, where Spark's ``allGather`` costs a second),
+derives the whole host-by-host rank assignment from that list (the same in
+every task), and starts its own rank with gloo, reaching the rendezvous server
+and the driver service on the driver. Under mpi, the task holding rank 0 runs
+mpirun and every task serves mpirun's rsh agent until the driver releases it. The stage
 runs in a background thread under its own job group so that the driver can
 cancel it the moment any rank fails.
 """
@@ -49,9 +51,15 @@ def run_barrier_task(spec: TaskSpec, _rows):
         return
     from airflow_provider_hvd.runner.network import gloo_interface
     from airflow_provider_hvd.runner.rank_process import RankProcess
+    from airflow_provider_hvd.runner.roster import RosterMember
     from airflow_provider_hvd.runner.topology import assign_slots, gloo_env
 
-    task_hosts = [json.loads(h) for h in ctx.allGather(json.dumps(executor_host(ctx)))]
+    member = RosterMember((spec.driver_host, spec.driver_port), bytes.fromhex(spec.secret_hex),
+                          ctx.partitionId(), {"host": executor_host(ctx)})
+    try:
+        task_hosts = [t["host"] for t in member.tasks()]
+    finally:
+        member.leave()
     slot = assign_slots(task_hosts)[ctx.partitionId()]
     iface = gloo_interface(slot.hostname, spec.driver_host)
     env = {**os.environ, **spec.env,
@@ -71,19 +79,23 @@ def run_barrier_task(spec: TaskSpec, _rows):
 
 
 def _mpi_task(spec: TaskSpec, ctx):
-    """Every task serves mpirun's rsh agent for its host; the task that holds rank 0 runs mpirun;
-    all wait at a final barrier, so no host's service closes while mpirun still needs it."""
+    """Every task serves mpirun's rsh agent for its host; the task that holds rank 0 runs mpirun.
+    Every task keeps serving until the driver releases it (the run is over), so no host's
+    service closes while mpirun still needs it."""
     from airflow_provider_hvd.runner.gpus import task_gpu_addresses
     from airflow_provider_hvd.runner.mpi_launch import GPUS_BY_RANK_ENV, MpiRun, RshService
     from airflow_provider_hvd.runner.network import gloo_interface
+    from airflow_provider_hvd.runner.roster import RosterMember
     from airflow_provider_hvd.runner.topology import assign_slots
 
     secret = bytes.fromhex(spec.secret_hex)
     service = RshService(secret)
+    member = None
     try:
         gpus = task_gpu_addresses(ctx)
         mine = {"host": executor_host(ctx), "rsh_port": service.port, "gpus": ",".join(gpus) if gpus else None}
-        tasks = [json.loads(t) for t in ctx.allGather(json.dumps(mine))]
+        member = RosterMember((spec.driver_host, spec.driver_port), secret, ctx.partitionId(), mine)
+        tasks = member.tasks()
         slots = assign_slots([t["host"] for t in tasks])
         slot = slots[ctx.partitionId()]
         if slot.rank == 0:
@@ -107,16 +119,18 @@ def _mpi_task(spec: TaskSpec, ctx):
             returncode = run.wait()
             if returncode != 0:
                 raise RuntimeError(f"mpirun exited with code {returncode}")
-        ctx.barrier()
+        member.wait_for_stop()
         yield slot.rank
     finally:
+        if member is not None:
+            member.leave()
         service.close()
 
 
 def executor_host(ctx) -> str:
     """This task's host as Spark's executor knows itself: SPARK_LOCAL_IP when the
     cluster sets it (the address the executor binds to), else the address the
-    driver sees in getTaskInfos(). Shared with every task through allGather, so
+    driver sees in getTaskInfos(). Shared with every task through the roster, so
     each task sees every task's own answer."""
     return os.environ.get("SPARK_LOCAL_IP") or ctx.getTaskInfos()[ctx.partitionId()].address.rsplit(":", 1)[0]
 
