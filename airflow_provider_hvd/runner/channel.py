@@ -42,7 +42,9 @@ def _answer(secret: bytes, nonce: bytes) -> bytes:
     return hmac.new(secret, _AUTH_CONTEXT + nonce, hashlib.sha256).digest()
 
 
-def _recv_exact(sock: socket.socket, n: int) -> bytes:
+def _recv_exact(sock: socket.socket, n: int) -> bytearray:
+    """Exactly n bytes, into one buffer that is returned as it is (a copy would double a
+    gigabyte-sized payload or result)."""
     buf = bytearray(n)
     view = memoryview(buf)
     got = 0
@@ -51,7 +53,7 @@ def _recv_exact(sock: socket.socket, n: int) -> bytes:
         if k == 0:
             raise ChannelClosed("connection closed by peer")
         got += k
-    return bytes(buf)
+    return buf
 
 
 class Channel:
@@ -99,7 +101,7 @@ class Channel:
             raise ConnectionError(f"expected a message from {self.peer}, got {kind}")
         return value
 
-    def recv_bytes(self) -> bytes:
+    def recv_bytes(self) -> bytearray:
         kind, value = self.recv()
         if kind != "bytes":
             raise ConnectionError(f"expected bytes from {self.peer}, got {kind}: {value!r:.200}")

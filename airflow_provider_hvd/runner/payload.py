@@ -49,12 +49,16 @@ def key_fingerprint(key: bytes) -> bytes:
 def seal(body: bytes, key: bytes, kind: int) -> bytes:
     header = _HEADER.pack(MAGIC, FORMAT_VERSION, kind, sys.version_info[0], sys.version_info[1],
                           key_fingerprint(key), len(body))
-    mac = hmac.new(key, header + body, hashlib.sha256).digest()
-    return header + mac + body
+    mac = hmac.new(key, header, hashlib.sha256)
+    mac.update(body)  # no header + body copy: bodies run to gigabytes
+    return b"".join((header, mac.digest(), body))
 
 
-def open_sealed(blob: bytes, key: bytes, kind: int) -> bytes:
-    """Return the body of an envelope after every check passes; raise PayloadError naming the failed one."""
+def open_sealed(blob: bytes | bytearray | memoryview, key: bytes, kind: int) -> memoryview:
+    """Return the body of an envelope after every check passes; raise PayloadError naming the failed one.
+
+    The body is a view into ``blob``, not a copy (pickle.loads takes it as it is):
+    a payload of a gigabyte should not cost two."""
     what = _KIND_NAMES[kind]
     blob = memoryview(blob)
     if len(blob) < _HEADER.size + _MAC_SIZE:
@@ -90,7 +94,7 @@ def open_sealed(blob: bytes, key: bytes, kind: int) -> bytes:
         raise PayloadError(f"the {what} was pickled by Python {py_major}.{py_minor}, this process runs "
                            f"Python {sys.version_info[0]}.{sys.version_info[1]}: pickles of functions do not "
                            "cross Python versions. Use the same Python on the driver and every worker.")
-    return bytes(blob[start:])
+    return blob[start:]
 
 
 def _is_user_module(module: types.ModuleType) -> bool:
