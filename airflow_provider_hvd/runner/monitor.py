@@ -22,6 +22,16 @@ log = logging.getLogger("airflow_provider_hvd.runner")
 # How long a non-zero exit waits for the same rank's exception report, which
 # travels on another connection and may arrive a moment later.
 _EXCEPTION_GRACE_S = 2.0
+# How long a failure that is only a consequence of another rank's (Horovod shut down
+# under a rank because a peer died) waits for the cause to be reported.
+_CAUSE_GRACE_S = 2.0
+_CONSEQUENCE_TYPES = {"HorovodInternalError"}
+
+
+def _is_consequence(exc: dict | None) -> bool:
+    """A rank whose collective failed because a peer vanished raises HorovodInternalError
+    ("Horovod has been shut down"): true, but the peer is the one to name."""
+    return bool(exc) and exc.get("type") in _CONSEQUENCE_TYPES
 
 
 class RunMonitor:
@@ -42,6 +52,7 @@ class RunMonitor:
         """Block until the run ends; return rank 0's sealed result, or raise."""
         deadline = self.t0 + self.start_timeout
         pending_exit: tuple[float, Event] | None = None
+        consequence: tuple[float, Event] | None = None
         while True:
             try:
                 event = self.events.get(timeout=0.1)
@@ -50,12 +61,19 @@ class RunMonitor:
             if event is not None:
                 failure = self._on_event(event)
                 if failure is not None:
-                    if event.kind != "exited" or event.rank in self.exceptions or event.rank in self.closed:
+                    if _is_consequence(self.exceptions.get(failure.rank)):
+                        consequence = consequence or (time.monotonic(), failure)
+                    elif event.kind != "exited" or event.rank in self.exceptions or event.rank in self.closed:
                         raise self._rank_failure(failure)
-                    pending_exit = pending_exit or (time.monotonic(), failure)
+                    else:
+                        pending_exit = pending_exit or (time.monotonic(), failure)
             if pending_exit and (pending_exit[1].rank in self.exceptions or pending_exit[1].rank in self.closed
                                  or time.monotonic() - pending_exit[0] > _EXCEPTION_GRACE_S):
-                raise self._rank_failure(pending_exit[1])
+                if not _is_consequence(self.exceptions.get(pending_exit[1].rank)):
+                    raise self._rank_failure(pending_exit[1])
+                consequence, pending_exit = consequence or (time.monotonic(), pending_exit[1]), None
+            if consequence and time.monotonic() - consequence[0] > _CAUSE_GRACE_S:
+                raise self._rank_failure(consequence[1])
             if len(self.exited_ok) == self.np and 0 in self.closed:
                 return self.result
             if len(self.started) < self.np and time.monotonic() > deadline:
@@ -67,7 +85,7 @@ class RunMonitor:
                     "executors' logs, or raise start_timeout if imports are slow there.",
                     missing_ranks=missing)
             job_error = spark_job_error()
-            if job_error is not None and pending_exit is None:
+            if job_error is not None and pending_exit is None and consequence is None:
                 raise HorovodRunError(
                     f"HorovodRunner: the Spark barrier stage failed before the ranks finished "
                     f"({len(self.exited_ok)} of {self.np} done): {_first_line(job_error)}") from job_error
