@@ -33,12 +33,43 @@ RSH_SECRET_ENV = "HVD_RSH_SECRET"
 DRIVER_ENV = "HVD_DRIVER_ADDR"
 SECRET_ENV = "HVD_RUN_SECRET"
 GPUS_BY_RANK_ENV = "HVD_GPUS_BY_RANK"
-_TAG = re.compile(r"^\[\d+,(\d+)\]<(stdout|stderr)>:(.*)$")
+_TAG = re.compile(r"\[\d+,(\d+)\]<(stdout|stderr)>:")
 _SIGNALED = re.compile(r"process rank (\d+) with PID \d+ on node (\S+) exited on signal (\d+)")
 _EXITED = re.compile(r"Process name: \[\[\d+,\d+\],(\d+)\]\s*Exit code:\s*(\d+)", re.S)
 
 
 @lru_cache(maxsize=1)
+class TaggedLines:
+    """Splits mpirun's ``--tag-output`` back into whole lines per rank.
+
+    mpirun tags each chunk it reads from a rank, not each line: a rank's line can
+    arrive as ``[1,0]<stdout>:first half`` directly followed, on the same output
+    line, by ``[1,1]<stdout>:another rank's line`` and later ``[1,0]<stdout>:second half``.
+    A tagged segment followed by another tag on the same line is such a partial
+    chunk; it is kept until the same rank's stream ends a line.
+    """
+
+    def __init__(self) -> None:
+        self._partial: dict[tuple[int, str], str] = {}
+
+    def feed(self, line: str) -> list[tuple[int | None, str, str]]:
+        """One line of mpirun's output -> ``(rank, stream, text)`` per whole line; rank None for mpirun's own."""
+        ended = line.endswith("\n")
+        line = line.rstrip("\n")
+        tags = list(_TAG.finditer(line))
+        out: list[tuple[int | None, str, str]] = []
+        if not tags or tags[0].start() > 0:
+            out.append((None, "mpirun", line[: tags[0].start()] if tags else line))
+        for i, tag in enumerate(tags):
+            key = (int(tag.group(1)), tag.group(2))
+            text = line[tag.end(): tags[i + 1].start() if i + 1 < len(tags) else len(line)]
+            if i + 1 < len(tags) or not ended:
+                self._partial[key] = self._partial.get(key, "") + text
+            else:
+                out.append((key[0], key[1], self._partial.pop(key, "") + text))
+        return out
+
+
 def mpi_available() -> tuple[bool, str]:
     """(usable, why not): OpenMPI's mpirun on PATH and a horovod built with MPI.
 
@@ -236,17 +267,16 @@ class MpiRun:
             self._link.ship_timeline(self._launch_env["HOROVOD_TIMELINE"], self._timeline_interval)
 
     def _pump(self, stream, name: str) -> None:
+        lines = TaggedLines()
         for raw in iter(stream.readline, b""):
-            line = raw.decode("utf-8", "replace").rstrip("\n")
-            tagged = _TAG.match(line)
-            if tagged:
-                rank, source, text = int(tagged.group(1)), tagged.group(2), tagged.group(3)
+            for rank, source, text in lines.feed(raw.decode("utf-8", "replace")):
+                if rank is None:  # mpirun's own words (errors, help texts): always shown
+                    self.mpirun_tail.append(text)
+                    self._link.send({"op": "log", "rank": 0, "stream": "mpirun", "line": text})
+                    continue
                 self.tails[rank].append(f"<{source}> {text}")
                 if self._forward:
                     self._link.send({"op": "log", "rank": rank, "stream": source, "line": text})
-            else:  # mpirun's own words (errors, help texts): always shown
-                self.mpirun_tail.append(line)
-                self._link.send({"op": "log", "rank": 0, "stream": "mpirun", "line": line})
         stream.close()
 
     def wait(self) -> int:
