@@ -1,5 +1,6 @@
 """Every connection to the driver service must prove it holds the run's secret."""
 
+import os
 import socket
 import time
 
@@ -59,4 +60,61 @@ def test_rsh_service_runs_commands_only_for_holders_of_the_secret(tmp_path):
         assert "hello" in "".join(m.get("data", "") for m in messages)
         assert messages[-1] == {"op": "exit", "code": 3}
     finally:
+        service.close()
+
+
+def test_rendezvous_store_is_reached_only_through_an_authenticated_proxy(caplog):
+    """Gloo's rendezvous values live in the driver service; a rank's loopback proxy forwards to it."""
+    import http.client
+
+    from airflow_provider_hvd.runner.rendezvous import RendezvousProxy
+
+    secret = payload.new_secret()
+    service = DriverService(secret, b"", lambda *a: None, host="127.0.0.1")
+    try:
+        with pytest.raises(channel.AuthenticationError):
+            RendezvousProxy(("127.0.0.1", service.port), payload.new_secret(), rank=0)
+        proxy = RendezvousProxy(("127.0.0.1", service.port), secret, rank=0)
+        host, port = proxy.address
+        assert host == "127.0.0.1"
+        conn = http.client.HTTPConnection(host, port, timeout=5)
+        conn.request("PUT", "/global/rank_0", body=b"10.0.0.1:4000")
+        assert conn.getresponse().status == 200
+        conn = http.client.HTTPConnection(host, port, timeout=5)
+        conn.request("GET", "/global/rank_0")
+        response = conn.getresponse()
+        assert (response.status, response.read()) == (200, b"10.0.0.1:4000")
+        assert service.rendezvous.get("global", "rank_0") == b"10.0.0.1:4000"
+        conn = http.client.HTTPConnection(host, port, timeout=5)
+        conn.request("GET", "/global/rank_1")
+        assert conn.getresponse().status == 404
+        proxy.close()
+    finally:
+        service.close()
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="needs root to connect as another user (uid 65534)")
+def test_rendezvous_proxy_refuses_another_users_process(caplog):
+    import subprocess
+    import sys
+
+    from airflow_provider_hvd.runner.rendezvous import RendezvousProxy
+
+    secret = payload.new_secret()
+    service = DriverService(secret, b"", lambda *a: None, host="127.0.0.1")
+    proxy = RendezvousProxy(("127.0.0.1", service.port), secret, rank=0)
+    try:
+        intruder = ("import encodings.idna, http.client, os; os.setgid(65534); os.setuid(65534)\n"
+                    "c = http.client.HTTPConnection(%r, %d, timeout=5)\n"
+                    "try:\n    c.request('PUT', '/global/rank_0', body=b'6.6.6.6:1'); print(c.getresponse().status)\n"
+                    "except (ConnectionError, http.client.HTTPException) as e:\n    print('refused', type(e).__name__)\n"
+                    % proxy.address)
+        with caplog.at_level("WARNING"):
+            out = subprocess.run([sys.executable, "-c", intruder], capture_output=True, text=True, timeout=30)
+        assert out.stdout.startswith("refused"), out
+        assert proxy.refused == 1
+        assert service.rendezvous.get("global", "rank_0") is None
+        assert "refused a connection" in caplog.text and "uid 65534" in caplog.text
+    finally:
+        proxy.close()
         service.close()

@@ -1,7 +1,8 @@
 """The driver's end of a run: serves the payload, collects logs, results and failures.
 
-Three kinds of peers connect, each with the run's secret (see channel.py):
+Four kinds of peers connect, each with the run's secret (see channel.py):
   - a barrier *task*, once, to learn where every other task is (roster.py);
+  - a gloo rank's *rendezvous proxy*, run by its launcher (rendezvous.py);
   - a *launcher* (the barrier task, or a thread of the driver in local mode) that
     started a rank process and reports how it ended, forwarding its output;
   - the *rank* process itself, which fetches the payload, sends
@@ -21,6 +22,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable
 
 from airflow_provider_hvd.runner.channel import Channel, ChannelClosed, ChannelServer
+from airflow_provider_hvd.runner.rendezvous import KeyValueStore
 from airflow_provider_hvd.runner.roster import Roster
 
 log = logging.getLogger(__name__)
@@ -55,6 +57,7 @@ class DriverService:
         """``tasks``: the number of barrier tasks that will join the roster (0 in local mode)."""
         self._payload = payload
         self._roster = Roster(tasks) if tasks else None
+        self.rendezvous = KeyValueStore()
         self._t0 = time.monotonic()
         self._log_sink = log_sink
         self._on_timeline = on_timeline
@@ -75,6 +78,12 @@ class DriverService:
         role, rank = hello.get("role"), int(hello.get("rank", -1))
         if role == "task":
             self._serve_task(channel, hello)
+            return
+        if role == "kv":  # a gloo rank's rendezvous, through its launcher's proxy
+            try:
+                self.rendezvous.serve(channel)
+            except (ChannelClosed, OSError, ValueError):
+                pass
             return
         if role == "rank":
             self.events.put(Event("rank_started", rank, hello))

@@ -14,7 +14,6 @@ from airflow_provider_hvd.runner import payload
 from airflow_provider_hvd.runner.driver_service import DriverService, LogSink, print_log_sink
 from airflow_provider_hvd.runner.errors import HorovodRunError
 from airflow_provider_hvd.runner.monitor import RunMonitor
-from airflow_provider_hvd.runner.rendezvous import Rendezvous
 from airflow_provider_hvd.runner.timeline import DEFAULT_INTERVAL_S, TimelinePublisher
 
 log = logging.getLogger("airflow_provider_hvd.runner")
@@ -38,7 +37,7 @@ class HorovodRunner:
         ``"log_callback_only"`` for chatty training loops.
     :param launcher: ``"mpi"``: mpirun started from the barrier stage, reaching other
         hosts through the barrier tasks (no ssh); ``"gloo"``: each task starts its
-        rank, with gloo's rendezvous on the driver; ``"auto"`` (default): mpi when
+        rank, with gloo's rendezvous served by the driver; ``"auto"`` (default): mpi when
         OpenMPI and an MPI-enabled horovod are present, else gloo (the choice is logged).
     :param mpi_args: extra mpirun arguments (launcher mpi), e.g. ``["-mca", "btl", "tcp,self"]``.
     :param env: extra environment variables for every rank.
@@ -132,18 +131,16 @@ class HorovodRunner:
 
     @contextlib.contextmanager
     def _driver_side(self, secret: bytes, sealed_call: bytes, host: str,
-                     tasks: int = 0) -> Iterator[tuple[DriverService, int]]:
-        """The driver's services for one run: payload/log/result service, rendezvous, timeline.
+                     tasks: int = 0) -> Iterator[DriverService]:
+        """The driver's services for one run: payload/log/result/rendezvous service, timeline.
         Closing them is what stops every rank, so it happens on every way out."""
         publisher = TimelinePublisher(self.timeline) if self.timeline else None
         service = DriverService(secret, sealed_call, self._log_sink, host=host,
                                 on_timeline=publisher.add if publisher else None, tasks=tasks)
-        rendezvous = Rendezvous()
         try:
-            yield service, rendezvous.port
+            yield service
         finally:
             self._stop(service, publisher is not None)
-            rendezvous.stop()
             if publisher:
                 publisher.finish()
 
@@ -159,13 +156,13 @@ class HorovodRunner:
 
         log.info("HorovodRunner: running %s as %d local ranks on the driver (%s)", name, n, self.launcher)
         timeline_interval = self.timeline_interval if self.timeline else None
-        with self._driver_side(secret, sealed_call, LOCAL_HOST) as (service, rendezvous_port):
+        with self._driver_side(secret, sealed_call, LOCAL_HOST) as service:
             if self.launcher == "mpi":
                 ranks = LocalMpiRun(n, secret=secret, driver_port=service.port, env=self.env,
                                     forward_output=self.driver_log_verbosity == "all",
                                     timeline_interval=timeline_interval, mpi_args=self.mpi_args)
             else:
-                ranks = LocalRanks(n, secret=secret, driver_port=service.port, rendezvous_port=rendezvous_port,
+                ranks = LocalRanks(n, secret=secret, driver_port=service.port,
                                    env=self.env, forward_output=self.driver_log_verbosity == "all",
                                    timeline_interval=timeline_interval)
             try:
@@ -183,9 +180,9 @@ class HorovodRunner:
         check_cluster(sc, np, self.slot_wait_timeout)
         log.info("HorovodRunner: running %s as %d ranks in a Spark barrier stage on %s (%s)",
                  name, np, describe_master(sc), self.launcher)
-        with self._driver_side(secret, sealed_call, "0.0.0.0", tasks=np) as (service, rendezvous_port):
+        with self._driver_side(secret, sealed_call, "0.0.0.0", tasks=np) as service:
             spec = TaskSpec(driver_host=sc.getConf().get("spark.driver.host"), driver_port=service.port,
-                            rendezvous_port=rendezvous_port, secret_hex=secret.hex(),
+                            secret_hex=secret.hex(),
                             forward_output=self.driver_log_verbosity == "all", env=self.env,
                             timeline_interval=self.timeline_interval if self.timeline else None,
                             launcher=self.launcher, mpi_args=self.mpi_args)

@@ -14,7 +14,7 @@ LOCAL_HOST = "127.0.0.1"
 
 
 class LocalRanks:
-    def __init__(self, n: int, *, secret: bytes, driver_port: int, rendezvous_port: int,
+    def __init__(self, n: int, *, secret: bytes, driver_port: int,
                  env: dict[str, str], forward_output: bool, timeline_interval: float | None = None):
         threads_each = str(max(1, (os.cpu_count() or 1) // n))
         gpus = driver_gpus()
@@ -22,7 +22,7 @@ class LocalRanks:
         for slot in assign_slots(["localhost"] * n):
             rank_env = {**os.environ, "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", threads_each),
                         **env,
-                        **gloo_env(slot, rendezvous_addr=LOCAL_HOST, rendezvous_port=rendezvous_port, iface="lo")}
+                        **gloo_env(slot, iface="lo")}
             if gpus:
                 rank_env["CUDA_VISIBLE_DEVICES"] = local_rank_gpu(gpus, slot.local_rank)
             self.ranks.append(RankProcess(rank=slot.rank, host="localhost", env=rank_env,

@@ -5,7 +5,8 @@ barrier task runs one for its rank. The launcher holds its own channel to the
 driver: it forwards the rank's stdout/stderr line by line (``driver_log_verbosity="all"``),
 keeps the last lines for error messages, and reports the exit code or signal.
 When the driver closes that channel (the run ended or failed), the launcher kills
-the rank's whole process group, so no rank outlives its run.
+the rank's whole process group, so no rank outlives its run. It also serves the
+rank's gloo rendezvous on loopback and forwards it to the driver (rendezvous.py).
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ import threading
 from typing import Any
 
 from airflow_provider_hvd.runner.driver_link import DriverLink
+from airflow_provider_hvd.runner.rendezvous import RendezvousProxy
 
 TAIL_LINES = 30
 
@@ -48,6 +50,7 @@ class RankProcess:
         self._stopped_by_driver = threading.Event()
         self.proc: subprocess.Popen | None = None
         self._link: DriverLink | None = None
+        self._rendezvous: RendezvousProxy | None = None
         self._threads: list[threading.Thread] = []
 
     def start(self) -> None:
@@ -55,6 +58,8 @@ class RankProcess:
         (the rank dies with the thread that started it, through PR_SET_PDEATHSIG)."""
         self._link = DriverLink(self._driver, self._secret, {"role": "launcher", "rank": self.rank,
                                                              "host": self.host, "pid": os.getpid()})
+        self._rendezvous = RendezvousProxy(self._driver, self._secret, self.rank)
+        self._env.update(self._rendezvous.env())
         if self._timeline_interval:
             self._timeline_dir = tempfile.mkdtemp(prefix="hvd-timeline-")
             self._env["HOROVOD_TIMELINE"] = os.path.join(self._timeline_dir, "timeline.json")
@@ -101,6 +106,7 @@ class RankProcess:
         """Wait for the rank, report its end to the driver, return its exit code (negative: signal)."""
         rc = self.proc.wait()
         self.kill()  # reap anything the rank left in its process group (DataLoader workers, ...)
+        self._rendezvous.close()
         for t in self._threads:
             t.join(5)
         report: dict[str, Any] = {"op": "exited", "returncode": rc, "host": self.host,

@@ -1,27 +1,192 @@
-"""Gloo's rendezvous: horovod's own HTTP key-value server, one per run, on the driver."""
+"""Gloo's rendezvous, authenticated: the key-value store on the driver, a loopback proxy beside each rank.
+
+Horovod's gloo ranks find each other through an HTTP key-value store (GET, PUT,
+DELETE on ``/scope/key``), and its C++ client sends no credential. Served as
+horovod serves it (an HTTP server on the driver, open to the network), anyone
+who can reach the port could read the ranks' addresses or plant a fake one.
+
+So the store lives inside the driver service (``KeyValueStore``), reached only
+over the run's authenticated channel, and each gloo rank talks HTTP to a
+``RendezvousProxy`` that its launcher runs on 127.0.0.1. The proxy forwards
+requests over the launcher's own channel and refuses any TCP peer that is not
+a process of the same user (the owner of the connecting socket, read from
+/proc/net/tcp): same-user processes are already inside the trust boundary
+(they could read the launcher's memory), other users and other hosts are not.
+"""
 
 from __future__ import annotations
 
+import http.server
+import logging
+import os
+import socket
 import threading
+from typing import Any
 
-from horovod.runner.http.http_server import RendezvousHandler, RendezvousHTTPServer
+from airflow_provider_hvd.runner import channel as channel_mod
 
-# socketserver checks for shutdown() every poll interval; horovod's RendezvousServer
-# keeps the default 0.5 s, which every run paid at its end.
-_POLL_S = 0.05
+log = logging.getLogger(__name__)
+
+LOOPBACK = "127.0.0.1"
 
 
-class Rendezvous:
+class KeyValueStore:
+    """Horovod's rendezvous semantics (horovod.runner.http.http_server.RendezvousHandler, ad-hoc scopes)."""
+
     def __init__(self) -> None:
-        # Port 0: the kernel picks a free port (horovod probes random ones).
-        self._httpd = RendezvousHTTPServer(("", 0), RendezvousHandler, 0)
-        self._httpd.daemon_threads = True
-        self.port: int = self._httpd.server_address[1]
-        self._thread = threading.Thread(target=self._httpd.serve_forever, kwargs={"poll_interval": _POLL_S},
-                                        name="hvd-rendezvous", daemon=True)
+        self._lock = threading.Lock()
+        self._scopes: dict[str, dict[str, bytes]] = {}
+
+    def get(self, scope: str, key: str) -> bytes | None:
+        with self._lock:
+            return self._scopes.get(scope, {}).get(key)
+
+    def put(self, scope: str, key: str, value: bytes) -> None:
+        with self._lock:
+            self._scopes.setdefault(scope, {})[key] = bytes(value)
+
+    def delete(self, scope: str, key: str) -> None:
+        with self._lock:
+            values = self._scopes.get(scope)
+            if values is not None:
+                values.pop(key, None)
+                if not values:
+                    del self._scopes[scope]
+
+    def serve(self, channel: channel_mod.Channel) -> None:
+        """Answer one proxy's requests until it leaves (runs in the driver service's connection thread)."""
+        while True:
+            request = channel.recv_json()
+            op, scope, key = request.get("op"), str(request.get("scope")), str(request.get("key"))
+            if op == "get":
+                value = self.get(scope, key)
+                if value is None:
+                    channel.send_json({"status": 404})
+                else:
+                    channel.send_json_with_bytes({"status": 200}, value)
+            elif op == "put":
+                self.put(scope, key, channel.recv_bytes())
+                channel.send_json({"status": 200})
+            elif op == "delete":
+                self.delete(scope, key)
+                channel.send_json({"status": 200})
+            elif op == "bye":
+                return
+            else:
+                channel.send_json({"status": 400})
+
+
+def tcp_peer_uid(peer: tuple[str, int], local: tuple[str, int]) -> int | None:
+    """The uid owning the socket at ``peer`` that is connected to ``local`` (IPv4 loopback), from
+    /proc/net/tcp; None when no such socket is listed."""
+    def hex_addr(addr: tuple[str, int]) -> str:
+        packed = socket.inet_aton(addr[0])
+        return f"{int.from_bytes(packed, 'little'):08X}:{addr[1]:04X}"
+
+    want_local, want_remote = hex_addr(peer), hex_addr(local)
+    try:
+        with open("/proc/net/tcp") as f:
+            next(f)
+            for line in f:
+                fields = line.split()
+                if fields[1] == want_local and fields[2] == want_remote:
+                    return int(fields[7])
+    except OSError:
+        return None
+    return None
+
+
+class _ProxyServer(http.server.ThreadingHTTPServer):
+    daemon_threads = True
+
+    def __init__(self, proxy: RendezvousProxy):
+        self.proxy = proxy
+        super().__init__((LOOPBACK, 0), _ProxyHandler)
+
+    def verify_request(self, request, client_address) -> bool:
+        uid = tcp_peer_uid(client_address, self.server_address)
+        if uid == os.getuid():
+            return True
+        self.proxy.refused += 1
+        log.warning("rendezvous proxy: refused a connection from %s:%s owned by uid %s (this run is uid %s)",
+                    client_address[0], client_address[1], uid, os.getuid())
+        return False
+
+
+class _ProxyHandler(http.server.BaseHTTPRequestHandler):
+    server: _ProxyServer
+
+    def _scope_key(self) -> tuple[str, str] | None:
+        parts = self.path.split("/")
+        return (parts[1], parts[2]) if len(parts) == 3 else None
+
+    def _reply(self, status: int, body: bytes = b"") -> None:
+        self.send_response(status)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        if body:
+            self.wfile.write(body)
+
+    def _forward(self, op: str, body: bytes | None = None) -> None:
+        scope_key = self._scope_key()
+        if scope_key is None:
+            self._reply(400)
+            return
+        try:
+            status, value = self.server.proxy.request(op, *scope_key, body)
+        except OSError:
+            self._reply(503)  # the driver is gone: the run is over
+            return
+        self._reply(status, value or b"")
+
+    def do_GET(self) -> None:  # noqa: N802 (http.server's naming)
+        self._forward("get")
+
+    def do_PUT(self) -> None:  # noqa: N802
+        self._forward("put", self.rfile.read(int(self.headers.get("Content-Length", 0))))
+
+    def do_DELETE(self) -> None:  # noqa: N802
+        self._forward("delete")
+
+    def log_message(self, format: str, *args: Any) -> None:  # noqa: A002
+        pass  # one line per request would drown the rank's own output
+
+
+class RendezvousProxy:
+    """Loopback HTTP endpoint for one gloo rank; requests go to the driver's store over the run's channel."""
+
+    def __init__(self, driver: tuple[str, int], secret: bytes, rank: int):
+        self._channel = channel_mod.connect(driver, secret, {"role": "kv", "rank": rank})
+        self._lock = threading.Lock()
+        self.refused = 0
+        self._server = _ProxyServer(self)
+        self.address: tuple[str, int] = self._server.server_address[:2]
+        self._thread = threading.Thread(target=self._server.serve_forever, kwargs={"poll_interval": 0.05},
+                                        name=f"hvd-rendezvous-proxy-{rank}", daemon=True)
         self._thread.start()
 
-    def stop(self) -> None:
-        self._httpd.shutdown()
-        self._httpd.server_close()  # shutdown() alone leaves the listening socket open
+    def env(self) -> dict[str, str]:
+        return {"HOROVOD_GLOO_RENDEZVOUS_ADDR": self.address[0],
+                "HOROVOD_GLOO_RENDEZVOUS_PORT": str(self.address[1])}
+
+    def request(self, op: str, scope: str, key: str, body: bytes | None) -> tuple[int, bytes | None]:
+        with self._lock:
+            message = {"op": op, "scope": scope, "key": key}
+            if body is None:
+                self._channel.send_json(message)
+            else:
+                self._channel.send_json_with_bytes(message, body)
+            reply = self._channel.recv_json()
+            value = self._channel.recv_bytes() if op == "get" and reply.get("status") == 200 else None
+            return int(reply["status"]), value
+
+    def close(self) -> None:
+        self._server.shutdown()
+        self._server.server_close()
         self._thread.join(5)
+        with self._lock:
+            try:
+                self._channel.send_json({"op": "bye"})
+            except OSError:
+                pass
+            self._channel.close()

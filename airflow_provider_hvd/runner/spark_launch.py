@@ -4,8 +4,8 @@ Each barrier task sends its executor's address (SPARK_LOCAL_IP where the cluster
 sets it, else ``getTaskInfos()``) to the driver's roster and gets every task's
 back (roster.py: one round trip, where Spark's ``allGather`` costs a second),
 derives the whole host-by-host rank assignment from that list (the same in
-every task), and starts its own rank with gloo, reaching the rendezvous server
-and the driver service on the driver. Under mpi, the task holding rank 0 runs
+every task), and starts its own rank with gloo, whose rendezvous goes through
+its launcher to the driver service (rendezvous.py). Under mpi, the task holding rank 0 runs
 mpirun and every task serves mpirun's rsh agent until the driver releases it. The stage
 runs in a background thread under its own job group so that the driver can
 cancel it the moment any rank fails.
@@ -30,7 +30,6 @@ class TaskSpec:
     """Everything a barrier task needs; small, since Spark ships it with every task."""
     driver_host: str
     driver_port: int
-    rendezvous_port: int
     secret_hex: str
     forward_output: bool
     env: dict[str, str] = field(default_factory=dict)
@@ -63,7 +62,7 @@ def run_barrier_task(spec: TaskSpec, _rows):
     slot = assign_slots(task_hosts)[ctx.partitionId()]
     iface = gloo_interface(slot.hostname, spec.driver_host)
     env = {**os.environ, **spec.env,
-           **gloo_env(slot, rendezvous_addr=spec.driver_host, rendezvous_port=spec.rendezvous_port, iface=iface)}
+           **gloo_env(slot, iface=iface)}
     gpus = task_gpu_addresses(ctx)
     if gpus is not None:
         env["CUDA_VISIBLE_DEVICES"] = ",".join(gpus)

@@ -44,9 +44,10 @@ def assign_slots(task_hosts: list[str]) -> list[Slot]:
     return slots  # type: ignore[return-value]
 
 
-def gloo_env(slot: Slot, *, rendezvous_addr: str, rendezvous_port: int, iface: str) -> dict[str, str]:
-    """What a gloo rank needs. HOROVOD_CONTROLLER=gloo is explicit: on an MPI-enabled
-    build, gloo ranks without it each come up alone with size 1."""
+def gloo_env(slot: Slot, *, iface: str) -> dict[str, str]:
+    """What a gloo rank needs, but the rendezvous address (its launcher's proxy, see
+    rendezvous.py). HOROVOD_CONTROLLER=gloo is explicit: on an MPI-enabled build, gloo
+    ranks without it each come up alone with size 1."""
     return {
         "HOROVOD_HOSTNAME": slot.hostname,
         "HOROVOD_RANK": str(slot.rank),
@@ -55,8 +56,6 @@ def gloo_env(slot: Slot, *, rendezvous_addr: str, rendezvous_port: int, iface: s
         "HOROVOD_LOCAL_SIZE": str(slot.local_size),
         "HOROVOD_CROSS_RANK": str(slot.cross_rank),
         "HOROVOD_CROSS_SIZE": str(slot.cross_size),
-        "HOROVOD_GLOO_RENDEZVOUS_ADDR": rendezvous_addr,
-        "HOROVOD_GLOO_RENDEZVOUS_PORT": str(rendezvous_port),
         "HOROVOD_CONTROLLER": "gloo",
         "HOROVOD_CPU_OPERATIONS": "gloo",
         "HOROVOD_GLOO_IFACE": iface,
