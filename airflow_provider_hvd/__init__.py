@@ -24,6 +24,9 @@ _LAZY = {
     "HorovodRunError": "airflow_provider_hvd.runner.errors",
     "RankFailedError": "airflow_provider_hvd.runner.errors",
     "PayloadError": "airflow_provider_hvd.runner.errors",
+    "StallError": "airflow_provider_hvd.runner.errors",
+    "StartTimeoutError": "airflow_provider_hvd.runner.errors",
+    "ClusterCapacityError": "airflow_provider_hvd.runner.errors",
 }
 
 __all__ = ["__version__", *_LAZY]

@@ -6,6 +6,9 @@ Module map (one job each):
   channel         authenticated, framed TCP between the driver and ranks/tasks
   driver_service  the driver's end: serves the payload, collects logs, results, failures
   monitor         turns driver-service events into progress, a result or an error
+  roster          barrier tasks learn every task's host from the driver (one round trip)
+  rendezvous      gloo's key-value rendezvous: store on the driver, authenticated loopback proxy per rank
+  stall           each rank reports collectives pending past stall_timeout
   topology        rank/local_rank/cross_rank assignment, host by host
   network         which address and interface ranks use to reach each other
   rank_process    starts one rank as a fresh Python process and reports how it ended
@@ -14,5 +17,13 @@ Module map (one job each):
   lifetime        processes die with their parent (PR_SET_PDEATHSIG)
   local_launch    np < 0: ranks as subprocesses of the driver
   spark_launch    np > 0: one Spark barrier stage, one rank per task
+  mpi_launch      launcher="mpi": mpirun from the barrier stage, rsh agent through the tasks
+  mpi_rsh         the rsh agent mpirun calls to start orted on a host
+  driver_link     a launcher's channel to the driver: reports, "stop", timeline chunks
+  gpus            Spark-assigned GPUs -> CUDA_VISIBLE_DEVICES
+  timeline        Horovod Timeline shipped from rank 0 and published as valid Chrome trace
+  spark_app       the Spark application the Airflow operator submits
+  storage         atomic writes to a path or fsspec URL
+  errors          the exceptions a user can catch
   checkpoint      rank-0-only, atomic checkpoints on a path or fsspec URL
 """

@@ -32,7 +32,9 @@ LogSink = Callable[[int, str, str], None]
 
 @dataclass
 class Event:
-    kind: str  # rank_started | rank_closed | launcher_started | launcher_lost | exception | exited | result
+    # rank_started | rank_closed | launcher_started | launcher_lost | exception | exited | result
+    # | returned (the training function returned) | stalled (a collective pending past stall_timeout)
+    kind: str
     rank: int
     data: dict[str, Any] = field(default_factory=dict)
     blob: bytes | None = None
@@ -113,7 +115,7 @@ class DriverService:
                     chunk = channel.recv_bytes()
                     if self._on_timeline is not None:
                         self._on_timeline(chunk)
-                elif op in ("exception", "exited"):
+                elif op in ("exception", "exited", "stalled", "returned"):
                     self.events.put(Event(op, int(message.get("rank", rank)), message))
                 elif op == "bye":
                     said_bye = True

@@ -30,6 +30,15 @@ class StartTimeoutError(HorovodRunError):
         self.missing_ranks = missing_ranks
 
 
+class StallError(HorovodRunError):
+    """Some ranks waited in a collective, or for their peers to return, longer than ``stall_timeout``."""
+
+    def __init__(self, message: str, *, stalled_ranks: list[int], waiting_ranks: list[int]):
+        super().__init__(message)
+        self.stalled_ranks = stalled_ranks
+        self.waiting_ranks = waiting_ranks
+
+
 class ClusterCapacityError(HorovodRunError):
     """The Spark cluster cannot run ``np`` barrier tasks at once."""
 

@@ -14,6 +14,7 @@ from airflow_provider_hvd.runner import payload
 from airflow_provider_hvd.runner.driver_service import DriverService, LogSink, print_log_sink
 from airflow_provider_hvd.runner.errors import HorovodRunError
 from airflow_provider_hvd.runner.monitor import RunMonitor
+from airflow_provider_hvd.runner.stall import STALL_TIMEOUT_ENV
 from airflow_provider_hvd.runner.timeline import DEFAULT_INTERVAL_S, TimelinePublisher
 
 log = logging.getLogger("airflow_provider_hvd.runner")
@@ -43,6 +44,12 @@ class HorovodRunner:
     :param env: extra environment variables for every rank.
     :param start_timeout: seconds within which every rank process must have
         started and connected back, or ``run`` fails naming the missing ranks.
+    :param stall_timeout: seconds a rank may wait in a collective (allreduce,
+        broadcast, ...) that other ranks never join, before the run fails naming
+        the ranks that stalled (default 600; ``None`` waits forever). Watched in
+        every rank for horovod.torch collectives.
+    :param timeout: seconds the whole run may take, after which it fails naming the
+        ranks that had not returned (default ``None``: no limit).
     :param spark: a SparkSession to use instead of the active one.
     :param slot_wait_timeout: on a cluster, seconds to wait for executors to
         register until ``np`` slots are free, before failing with the count.
@@ -59,7 +66,8 @@ class HorovodRunner:
                  env: dict[str, str] | None = None, start_timeout: float = 120.0, spark=None,
                  slot_wait_timeout: float = 30.0, log_sink: LogSink | None = None,
                  timeline: str | os.PathLike | None = None, timeline_interval: float = DEFAULT_INTERVAL_S,
-                 mpi_args: list[str] | tuple[str, ...] = ()):
+                 mpi_args: list[str] | tuple[str, ...] = (), stall_timeout: float | None = 600.0,
+                 timeout: float | None = None):
         if isinstance(np, bool) or not isinstance(np, int):
             raise TypeError(f"HorovodRunner(np=...) takes an int, got {type(np).__name__} {np!r}")
         if np == 0:
@@ -73,8 +81,15 @@ class HorovodRunner:
         bad = {k: v for k, v in env.items() if not isinstance(k, str) or not isinstance(v, str)}
         if bad:
             raise TypeError(f"env must map str to str; these entries do not: {bad!r}")
-        if not start_timeout > 0:
-            raise ValueError(f"start_timeout must be > 0 seconds, got {start_timeout!r}")
+        for name, value, optional in (("start_timeout", start_timeout, False),
+                                      ("stall_timeout", stall_timeout, True), ("timeout", timeout, True)):
+            if value is None and optional:
+                continue
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0:
+                raise ValueError(f"{name} must be a number of seconds > 0{' or None' if optional else ''}, "
+                                 f"got {value!r}")
+        self.stall_timeout = None if stall_timeout is None else float(stall_timeout)
+        self.timeout = None if timeout is None else float(timeout)
         self.np = np
         self.driver_log_verbosity = driver_log_verbosity
         self.launcher = self._resolve_launcher(launcher)
@@ -158,17 +173,18 @@ class HorovodRunner:
         timeline_interval = self.timeline_interval if self.timeline else None
         with self._driver_side(secret, sealed_call, LOCAL_HOST) as service:
             if self.launcher == "mpi":
-                ranks = LocalMpiRun(n, secret=secret, driver_port=service.port, env=self.env,
+                ranks = LocalMpiRun(n, secret=secret, driver_port=service.port, env=self._rank_env(),
                                     forward_output=self.driver_log_verbosity == "all",
                                     timeline_interval=timeline_interval, mpi_args=self.mpi_args)
             else:
                 ranks = LocalRanks(n, secret=secret, driver_port=service.port,
-                                   env=self.env, forward_output=self.driver_log_verbosity == "all",
+                                   env=self._rank_env(), forward_output=self.driver_log_verbosity == "all",
                                    timeline_interval=timeline_interval)
             try:
                 ranks.start()
                 return RunMonitor(n, service.events, start_timeout=self.start_timeout,
-                                  where="local mode").wait()
+                                  where="local mode", stall_timeout=self.stall_timeout,
+                                  timeout=self.timeout).wait()
             finally:
                 self._stop(service, self.timeline is not None)
                 ranks.stop()
@@ -183,14 +199,15 @@ class HorovodRunner:
         with self._driver_side(secret, sealed_call, "0.0.0.0", tasks=np) as service:
             spec = TaskSpec(driver_host=sc.getConf().get("spark.driver.host"), driver_port=service.port,
                             secret_hex=secret.hex(),
-                            forward_output=self.driver_log_verbosity == "all", env=self.env,
+                            forward_output=self.driver_log_verbosity == "all", env=self._rank_env(),
                             timeline_interval=self.timeline_interval if self.timeline else None,
                             launcher=self.launcher, mpi_args=self.mpi_args)
             job = BarrierJob(sc, np, spec, f"HorovodRunner np={np}: {name}")
             try:
                 job.start()
                 result = RunMonitor(np, service.events, start_timeout=self.start_timeout,
-                                    where=f"Spark master {describe_master(sc)}").wait(job.error)
+                                    where=f"Spark master {describe_master(sc)}", stall_timeout=self.stall_timeout,
+                                    timeout=self.timeout).wait(job.error)
                 # Every rank is done: release the tasks still serving (mpi's rsh agents) and give
                 # the stage a moment to end by itself.
                 self._stop(service, self.timeline is not None)
@@ -204,6 +221,13 @@ class HorovodRunner:
             finally:
                 self._stop(service, self.timeline is not None)
                 job.stop()
+
+    def _rank_env(self) -> dict[str, str]:
+        """The user's env for every rank, plus what the runner's own rank-side code reads."""
+        env = dict(self.env)
+        if self.stall_timeout is not None:
+            env[STALL_TIMEOUT_ENV] = str(self.stall_timeout)
+        return env
 
     def _spark_context(self):
         from pyspark.sql import SparkSession

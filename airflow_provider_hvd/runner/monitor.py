@@ -3,7 +3,8 @@
 A run succeeds when every rank's launcher reported exit code 0 and rank 0's
 channel has closed (so its result, sent before, has arrived). It fails at the
 first of: a rank's exception, a non-zero exit or signal, a launcher that vanished
-(its executor died), a Spark job error, or ranks that did not start in time.
+(its executor died), a Spark job error, ranks that did not start in time, ranks
+waiting in a collective past ``stall_timeout`` (stall.py), or the run's ``timeout``.
 The first failing rank is the one named; the others die because the run stops.
 """
 
@@ -15,7 +16,7 @@ import time
 from typing import Callable
 
 from airflow_provider_hvd.runner.driver_service import Event
-from airflow_provider_hvd.runner.errors import HorovodRunError, RankFailedError, StartTimeoutError
+from airflow_provider_hvd.runner.errors import HorovodRunError, RankFailedError, StallError, StartTimeoutError
 
 log = logging.getLogger("airflow_provider_hvd.runner")
 
@@ -26,6 +27,10 @@ _EXCEPTION_GRACE_S = 2.0
 # under a rank because a peer died) waits for the cause to be reported.
 _CAUSE_GRACE_S = 2.0
 _CONSEQUENCE_TYPES = {"HorovodInternalError"}
+# After the first rank reports a stalled collective, how long to wait for the other
+# waiting ranks' reports (they poll once a second), so that the ones that did not report
+# are the ranks that never joined.
+_STALL_GRACE_S = 2.5
 
 
 def _is_consequence(exc: dict | None) -> bool:
@@ -35,8 +40,14 @@ def _is_consequence(exc: dict | None) -> bool:
 
 
 class RunMonitor:
-    def __init__(self, np: int, events: queue.Queue, *, start_timeout: float, where: str):
+    def __init__(self, np: int, events: queue.Queue, *, start_timeout: float, where: str,
+                 stall_timeout: float | None = None, timeout: float | None = None):
         self.np = np
+        self.stall_timeout = stall_timeout
+        self.timeout = timeout
+        self.returned: set[int] = set()
+        self.stalled: dict[int, dict] = {}
+        self._first_stall: float | None = None
         self.events = events
         self.start_timeout = start_timeout
         self.where = where
@@ -74,6 +85,10 @@ class RunMonitor:
                 consequence, pending_exit = consequence or (time.monotonic(), pending_exit[1]), None
             if consequence and time.monotonic() - consequence[0] > _CAUSE_GRACE_S:
                 raise self._rank_failure(consequence[1])
+            if self._first_stall is not None and time.monotonic() - self._first_stall > _STALL_GRACE_S:
+                raise self._stall_error()
+            if self.timeout is not None and time.monotonic() - self.t0 > self.timeout:
+                raise self._timeout_error()
             if len(self.exited_ok) == self.np and 0 in self.closed:
                 return self.result
             if len(self.started) < self.np and time.monotonic() > deadline:
@@ -114,7 +129,47 @@ class RunMonitor:
                 return event
         elif event.kind == "launcher_lost":
             return event
+        elif event.kind == "returned":
+            self.returned.add(rank)
+        elif event.kind == "stalled":
+            self.stalled[rank] = event.data
+            if self._first_stall is None:
+                self._first_stall = time.monotonic()
+                log.warning("HorovodRunner: rank %d has waited %.0f s in a collective; collecting the other "
+                            "ranks' state", rank, event.data.get("waiting_s", 0))
         return None
+
+    def _unfinished(self) -> list[int]:
+        return [r for r in range(self.np) if r not in self.returned and r not in self.exited_ok]
+
+    def _stall_error(self) -> StallError:
+        waiting = sorted(self.stalled)
+        stalled = [r for r in self._unfinished() if r not in self.stalled]
+        longest = max(d.get("waiting_s", 0) for d in self.stalled.values())
+        where = ", ".join(f"rank {r} (host {self.hosts.get(r, '?')})" for r in stalled)
+        if stalled:
+            message = (f"HorovodRunner: {where} stopped taking part in collectives: rank(s) {waiting} waited "
+                       f"{longest:.0f} s (stall_timeout={self.stall_timeout:g}s) in a collective that rank(s) "
+                       f"{stalled} never submitted. A rank that hangs (a deadlock, an endless loop, a blocking "
+                       "read) or skips a collective the others make (a branch on hvd.rank(), uneven numbers of "
+                       "batches per rank) does this; the stalled rank's last output is above in the log.")
+        else:
+            message = (f"HorovodRunner: every unfinished rank ({waiting}) waited {longest:.0f} s "
+                       f"(stall_timeout={self.stall_timeout:g}s) in a collective the others did not match: "
+                       "the ranks submit collectives with different names, shapes or order (e.g. a "
+                       "rank-dependent branch around an allreduce).")
+        if self.returned:
+            message += f" Rank(s) {sorted(self.returned)} had already returned from the training function."
+        return StallError(message, stalled_ranks=stalled, waiting_ranks=waiting)
+
+    def _timeout_error(self) -> StallError:
+        late = self._unfinished()
+        message = (f"HorovodRunner: the run exceeded timeout={self.timeout:g}s; rank(s) {late} had not "
+                   "returned from the training function")
+        if self.returned:
+            message += f" (rank(s) {sorted(self.returned)} had)"
+        return StallError(message + ". Raise timeout if training needs longer.",
+                          stalled_ranks=late, waiting_ranks=sorted(self.stalled))
 
     def _rank_failure(self, event: Event) -> RankFailedError:
         rank = event.rank

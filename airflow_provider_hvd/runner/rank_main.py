@@ -86,7 +86,7 @@ def main() -> int:
     _die_with_parent(boot["parent_pid"])
     rank = int(boot["rank"])
 
-    from airflow_provider_hvd.runner import channel as channel_mod, payload, rank_context
+    from airflow_provider_hvd.runner import channel as channel_mod, payload, rank_context, stall
 
     secret = bytes.fromhex(boot["secret"])
     channel = channel_mod.connect((boot["driver"][0], int(boot["driver"][1])), secret,
@@ -104,7 +104,10 @@ def main() -> int:
         fn, kwargs = cloudpickle.loads(body)
         del body
         loading = False
+        if os.environ.get(stall.STALL_TIMEOUT_ENV):
+            stall.watch(channel.send_json, float(os.environ[stall.STALL_TIMEOUT_ENV]))
         value = fn(**kwargs)
+        channel.send_json({"op": "returned"})
         if rank == 0:
             result = payload.seal(payload.dumps_result(value), secret, payload.KIND_RESULT)
             channel.send_json_with_bytes({"op": "result", "size": len(result)}, result)

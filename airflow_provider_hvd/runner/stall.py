@@ -1,0 +1,54 @@
+"""Stalled ranks: a collective that some ranks wait in and others never join.
+
+Horovod's own stall check cannot end such a run: its shutdown needs the stalled
+rank's cooperation (measured here: with HOROVOD_STALL_SHUTDOWN_TIME_SECONDS=6 a
+rank sleeping for 40 s ends the job after 44 s, whether under horovodrun or us).
+So each rank watches its own collectives from a thread: horovod.torch keeps every
+submitted, not yet completed operation in ``mpi_ops._handle_map``; one that stays
+there longer than ``stall_timeout`` means this rank waits for peers, and it tells
+the driver. The driver names the ranks that did *not* report waiting: those are
+the ones that never joined (see monitor.RunMonitor).
+"""
+
+from __future__ import annotations
+
+import sys
+import threading
+import time
+from typing import Any, Callable
+
+STALL_TIMEOUT_ENV = "HVD_RUNNER_STALL_TIMEOUT_S"
+POLL_S = 1.0
+
+
+def pending_collectives() -> set[int] | None:
+    """Handles of this process's submitted, unfinished horovod.torch operations (None: not imported)."""
+    ops = sys.modules.get("horovod.torch.mpi_ops")
+    handles = getattr(ops, "_handle_map", None) if ops is not None else None
+    if handles is None:
+        return None
+    for _ in range(5):
+        try:
+            return set(handles)
+        except RuntimeError:  # changed size while the training thread submitted or completed one
+            continue
+    return set()
+
+
+def watch(report: Callable[[dict[str, Any]], None], timeout: float, poll: float = POLL_S) -> threading.Thread:
+    """Report once, from a daemon thread, when a collective has been pending longer than ``timeout``."""
+
+    def loop() -> None:
+        first_seen: dict[int, float] = {}
+        while True:
+            time.sleep(poll)
+            now = time.monotonic()
+            first_seen = {h: first_seen.get(h, now) for h in pending_collectives() or ()}
+            if first_seen and now - min(first_seen.values()) > timeout:
+                report({"op": "stalled", "waiting_s": round(now - min(first_seen.values()), 1),
+                        "pending": len(first_seen)})
+                return
+
+    thread = threading.Thread(target=loop, name="hvd-stall-watch", daemon=True)
+    thread.start()
+    return thread
