@@ -3,7 +3,7 @@
 PY := .venv/bin/python
 PYTEST_ARGS ?=
 
-.PHONY: setup test demo bench clean
+.PHONY: setup test faults demo bench clean
 
 setup:
 	scripts/setup.sh
@@ -11,6 +11,10 @@ setup:
 # The test command the README gives and CI runs.
 test: setup
 	$(PY) -m pytest $(PYTEST_ARGS)
+
+# The fault-injection suite alone (also part of `make test`): writes docs/reliability.md (~6 min).
+faults: setup
+	HVD_RELIABILITY_REPORT=docs/reliability.md $(PY) -m pytest -m faults $(PYTEST_ARGS)
 
 # The main job end to end on the embedded default (Spark local[*], local storage).
 demo: setup

@@ -70,6 +70,87 @@ def spark_local2():
     spark.stop()
 
 
+# ---- The reliability report (docs/reliability.md) -------------------------------------
+# A test that injects a fault records, through the ``fault`` fixture, the scenario, what a
+# user should see, what was observed and how long failing took; pytest's own verdict is
+# added. ``make faults`` sets HVD_RELIABILITY_REPORT so that the session writes the table.
+
+_FAULT_RECORDS: list[dict] = []
+
+
+_VERDICT = pytest.StashKey[str]()
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item, call):
+    report = (yield).get_result()
+    if report.when == "call":
+        item.stash[_VERDICT] = report.outcome
+    elif report.when == "setup" and not report.passed:
+        item.stash[_VERDICT] = "skipped" if report.skipped else "error"
+
+
+class FaultRecord:
+    def __init__(self, scenario: str, expected: str):
+        self.scenario = scenario
+        self.expected = expected
+        self.observed = ""
+        self.seconds: float | None = None
+        self._t0 = time.monotonic()
+
+    def start(self) -> None:
+        """The moment the fault is injected; time to fail counts from here."""
+        self._t0 = time.monotonic()
+
+    def failed_after(self) -> float:
+        self.seconds = time.monotonic() - self._t0
+        return self.seconds
+
+    def observe(self, text: str, seconds: float | None = None) -> None:
+        self.observed = " ".join(str(text).split())[:400]
+        if seconds is not None:
+            self.seconds = seconds
+
+
+@pytest.fixture
+def fault(request):
+    """``record = fault(scenario, expected)``; then ``record.start()``, ``record.failed_after()``,
+    ``record.observe(text)``. Every record lands in the reliability report with pytest's verdict."""
+    records: list[FaultRecord] = []
+
+    def new(scenario: str, expected: str) -> FaultRecord:
+        records.append(FaultRecord(scenario, expected))
+        return records[-1]
+
+    yield new
+    verdict = request.node.stash.get(_VERDICT, "error")
+    for r in records:
+        _FAULT_RECORDS.append({"test": request.node.nodeid, "scenario": r.scenario, "expected": r.expected,
+                               "observed": r.observed, "seconds": r.seconds, "verdict": verdict})
+
+
+def pytest_sessionfinish(session, exitstatus):
+    target = os.environ.get("HVD_RELIABILITY_REPORT")
+    if not target or not _FAULT_RECORDS:
+        return
+    import platform
+
+    lines = ["# Reliability", "",
+             f"Written by `make faults` on {time.strftime('%Y-%m-%d %H:%M')} ({os.cpu_count()} cores, "
+             f"{platform.machine()}, Python {platform.python_version()}): every row is a test in `tests/` that "
+             "injects the fault for real (real Spark, real horovod, real OpenMPI, real Airflow) and asserts "
+             "the expected outcome; *observed* is what that run saw. Time to fail counts from the injection "
+             "to the error reaching the caller.", "",
+             "| scenario | expected | observed | time to fail | result |", "| --- | --- | --- | --- | --- |"]
+    for r in _FAULT_RECORDS:
+        seconds = f"{r['seconds']:.2f} s" if r["seconds"] is not None else "-"
+        cells = [r["scenario"], r["expected"], r["observed"] or "-", seconds, r["verdict"]]
+        lines.append("| " + " | ".join(c.replace("|", "\\|") for c in cells) + " |")
+    lines += ["", "Regenerate with `make faults`; the same tests run in `make test` (CI)."]
+    with open(target, "w") as f:
+        f.write("\n".join(lines) + "\n")
+
+
 def python_in_venv(*args, **kwargs):
     return subprocess.run([sys.executable, *args], capture_output=True, text=True, **kwargs)
 

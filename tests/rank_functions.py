@@ -117,3 +117,69 @@ def allreduce_steps(steps, pause=0.05, fail_at=None):
             raise RuntimeError(f"diverged at step {step}")
         time.sleep(pause)
     return steps
+
+
+def train_until_killed(marker_dir, steps=100000):
+    """A training loop that says where it is: each rank writes its pid and host to
+    <marker_dir>/rank-<r>.pid once training runs, and prints one line per step, so a test can
+    kill it (or its executor) mid-training. The host is the executor's address (SPARK_LOCAL_IP,
+    inherited through the barrier task, also by mpi ranks under a daemonized orted)."""
+    import horovod.torch as hvd
+    import torch
+
+    hvd.init()
+    for step in range(steps):
+        hvd.allreduce(torch.ones(4), name="grad")
+        print(f"rank {hvd.rank()} step {step}", flush=True)
+        if step == 3:
+            with open(os.path.join(marker_dir, f"rank-{hvd.rank()}.pid.tmp"), "w") as f:
+                host = os.environ.get("SPARK_LOCAL_IP") or os.environ.get("HOROVOD_HOSTNAME") or ""
+                f.write(f"{os.getpid()}\n{host}\n")
+            os.replace(os.path.join(marker_dir, f"rank-{hvd.rank()}.pid.tmp"),
+                       os.path.join(marker_dir, f"rank-{hvd.rank()}.pid"))
+        time.sleep(0.05)
+    return hvd.rank()
+
+
+def stall_on_rank(stalled_rank, seconds=600):
+    """One rank never joins the collective the others wait in (a hang, for the stall check)."""
+    import horovod.torch as hvd
+    import torch
+
+    hvd.init()
+    if hvd.rank() == stalled_rank:
+        print(f"rank {hvd.rank()} hangs", flush=True)
+        time.sleep(seconds)
+    hvd.allreduce(torch.ones(1), name="grad.w")
+    return hvd.rank()
+
+
+def never_returns_on_rank(stuck_rank):
+    """One rank keeps working without collectives after the others returned."""
+    import horovod.torch as hvd
+
+    hvd.init()
+    if hvd.rank() == stuck_rank:
+        time.sleep(600)
+    return hvd.rank()
+
+
+def checkpoint_then_big_checkpoint(directory, marker_dir, megabytes):
+    """Rank 0 saves a small checkpoint 1, then a large checkpoint 2 (slow to write); the other
+    ranks keep training. Marks when checkpoint 2's write begins."""
+    import horovod.torch as hvd
+    import torch
+
+    from airflow_provider_hvd import save_checkpoint
+
+    hvd.init()
+    if hvd.rank() == 0:
+        save_checkpoint({"step": 1, "w": torch.full((4,), 1.0)}, directory, step=1)
+        state = {"step": 2, "w": torch.full((megabytes << 18,), 2.0)}  # float32: megabytes MiB
+        open(os.path.join(marker_dir, "writing"), "w").close()
+        save_checkpoint(state, directory, step=2)
+    else:
+        with open(os.path.join(marker_dir, f"rank-{hvd.rank()}.pid"), "w") as f:
+            f.write(str(os.getpid()))
+    hvd.allreduce(torch.ones(1), name="after-checkpoint")
+    time.sleep(600)

@@ -84,7 +84,10 @@ def test_scheduled_retraining_resumes_and_publishes(airflow, no_leftovers):
     assert (airflow["storage"] / "models" / "digits" / "latest.pt").exists()
 
 
-def test_on_kill_stops_spark_and_every_rank(airflow):
+@pytest.mark.faults
+def test_on_kill_stops_spark_and_every_rank(airflow, fault):
+    record = fault("Airflow kills the training task (SIGTERM to `airflow tasks test`, on_kill)",
+                   "spark-submit, the Spark application and every rank end")
     assert_no_run_processes()
     rc, out = run_airflow(airflow, "tasks", "test", "hvd_mnist_pytorch", "prepare")
     assert rc == 0, out[-3000:]
@@ -97,6 +100,7 @@ def test_on_kill_stops_spark_and_every_rank(airflow):
             time.sleep(0.5)
         assert len(rank_processes()) == 2, "the ranks never started"
         time.sleep(2)  # well into training
+        record.start()
         proc.send_signal(signal.SIGTERM)  # what Airflow sends a task it kills
         out, _ = proc.communicate(timeout=60)
     finally:
@@ -108,6 +112,8 @@ def test_on_kill_stops_spark_and_every_rank(airflow):
     left = [p.cmdline() for p in psutil.process_iter(["cmdline"])
             if any("spark_app.py" in part for part in (p.info["cmdline"] or []))]
     assert not left, f"the Spark application survived on_kill: {left}"
+    record.observe("on_kill sent the kill signal to spark-submit; no rank and no Spark application left",
+                   record.failed_after())
 
 
 def test_tampered_payload_is_refused_before_unpickling(tmp_path):
@@ -128,7 +134,10 @@ def test_tampered_payload_is_refused_before_unpickling(tmp_path):
     assert not marker.exists() and not (tmp_path / "result.hvd").exists()
 
 
-def test_tampered_or_foreign_result_is_refused_by_the_operator(tmp_path):
+@pytest.mark.faults
+def test_tampered_or_foreign_result_is_refused_by_the_operator(tmp_path, fault):
+    record = fault("rank 0's result in storage signed with another key, then truncated (operator side)",
+                   "the operator refuses it before unpickling, naming which check failed")
     from airflow.sdk import ObjectStoragePath
     from airflow.sdk.exceptions import AirflowException
 
@@ -143,8 +152,9 @@ def test_tampered_or_foreign_result_is_refused_by_the_operator(tmp_path):
     with pytest.raises(AirflowException, match="signed with another key"):
         op._read_result(path, payload.new_secret())
     path.write_bytes(path.read_bytes()[:-4])
-    with pytest.raises(AirflowException, match="truncated"):
+    with pytest.raises(AirflowException, match="truncated") as info:
         op._read_result(path, key)
+    record.observe(f"signed with another key -> refused; truncated -> {str(info.value)[:160]}")
 
 
 def test_sensor_pokes_then_defers_and_trigger_fires(tmp_path):
@@ -209,7 +219,10 @@ def test_every_class_the_provider_lists_is_importable():
         assert hook.conn_type == conn["connection-type"] == "horovod"
 
 
-def test_retry_resumes_from_the_failed_tries_checkpoint(airflow, no_leftovers):
+@pytest.mark.faults
+def test_retry_resumes_from_the_failed_tries_checkpoint(airflow, no_leftovers, fault):
+    record = fault("the training task's first try dies after checkpoint 7 (`airflow dags test`, retries=1)",
+                   "the retry resumes from the failed try's newest checkpoint")
     env = {**airflow["env"], "AIRFLOW__CORE__DAGS_FOLDER": str(REPO / "tests" / "dags")}
     done = subprocess.run([AIRFLOW, "dags", "test", "hvd_retry_resume"], env=env, capture_output=True, text=True,
                           timeout=600)
@@ -219,6 +232,8 @@ def test_retry_resumes_from_the_failed_tries_checkpoint(airflow, no_leftovers):
     result = xcoms(airflow, "hvd_retry_resume", "train")["return_value"]
     assert result["resumed_from_step"] == 7
     assert "/train/try-1/checkpoints/ckpt-0000000007.pt" in result["resume"]
+    record.observe(f"try 2 resumed from step {result['resumed_from_step']} ({result['resume'].rsplit('/', 3)[-3]}"
+                   "/checkpoints/ckpt-0000000007.pt)")
 
 
 def test_signing_key_and_storage_come_from_the_horovod_connection(airflow, tmp_path, no_leftovers):
@@ -239,3 +254,37 @@ def test_signing_key_and_storage_come_from_the_horovod_connection(airflow, tmp_p
     assert header[10:18] == payload.key_fingerprint(key)  # signed with the connection's key
     assert key.hex() not in out  # and the key is never logged
     assert "(gloo)" in out  # the connection's launcher default
+
+
+@pytest.mark.faults
+def test_two_dag_runs_at_once_do_not_collide(airflow, no_leftovers, fault):
+    record = fault("two runs of one DAG at once (`airflow dags test` x2, two Spark applications on one machine)",
+                   "both succeed, each with its own storage prefix, checkpoints, ports and ranks")
+    env = {**airflow["env"], "AIRFLOW__CORE__DAGS_FOLDER": str(REPO / "tests" / "dags")}
+    dates = ["2026-03-01T00:00:00+00:00", "2026-03-02T00:00:00+00:00"]
+    # Serialise the DAG once first: two `dags test` writing the same new DAG into SQLite at the
+    # same instant is a race of the metadata DB, not of the runs under test.
+    done = subprocess.run([AIRFLOW, "dags", "reserialize"], env=env, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    t0 = time.monotonic()
+    procs = [subprocess.Popen([AIRFLOW, "dags", "test", "hvd_concurrent_runs", d], env=env, stdout=subprocess.PIPE,
+                              stderr=subprocess.STDOUT, text=True) for d in dates]
+    outs = [p.communicate(timeout=600)[0] for p in procs]
+    seconds = time.monotonic() - t0
+    for p, out in zip(procs, outs):
+        assert p.returncode == 0, out[-5000:]
+    with sqlite3.connect(airflow["home"] / "airflow.db") as db:
+        rows = db.execute("SELECT run_id, key, value FROM xcom WHERE dag_id = 'hvd_concurrent_runs' "
+                          "AND task_id = 'train'").fetchall()
+    by_run = {}
+    for run_id, key, value in rows:
+        by_run.setdefault(run_id, {})[key] = json.loads(value)
+    assert len(by_run) == 2
+    results = {run_id: x["return_value"] for run_id, x in by_run.items()}
+    assert all(r["sum"] == 3.0 and r["marker"] == run_id for run_id, r in results.items())
+    payloads = {x["payload"]["uri"] for x in by_run.values()}
+    checkpoints = {r["checkpoint_dir"] for r in results.values()}
+    assert len(payloads) == 2 and len(checkpoints) == 2
+    assert all(run_id in r["checkpoint_dir"] for run_id, r in results.items())
+    record.observe(f"both succeeded in {seconds:.0f} s together; payload prefixes and checkpoint directories "
+                   "differ by run_id; each run's driver service and ranks were its own")

@@ -10,7 +10,11 @@ from airflow_provider_hvd.runner import channel, payload
 from airflow_provider_hvd.runner.driver_service import DriverService
 
 
-def test_wrong_secret_is_refused_and_cannot_fetch_the_payload():
+@pytest.mark.faults
+def test_wrong_secret_is_refused_and_cannot_fetch_the_payload(fault):
+    record = fault("port: driver service (payload, logs, results, roster, rendezvous); a client with a wrong "
+                   "secret, and a raw client injecting a log line",
+                   "both refused and logged; no payload, no log line, no event")
     secret = payload.new_secret()
     lines = []
     service = DriverService(secret, b"the payload", lambda r, s, l: lines.append(l), host="127.0.0.1")
@@ -33,11 +37,15 @@ def test_wrong_secret_is_refused_and_cannot_fetch_the_payload():
         good.close()
         time.sleep(0.3)
         assert lines == ["hello"]
+        record.observe(f"{service.refused_connections} refused, 0 events, 0 log lines; the run's own client served")
     finally:
         service.close()
 
 
-def test_rsh_service_runs_commands_only_for_holders_of_the_secret(tmp_path):
+@pytest.mark.faults
+def test_rsh_service_runs_commands_only_for_holders_of_the_secret(tmp_path, fault):
+    record = fault("port: mpi rsh service (starts orted on a host); a client with a wrong secret asks to run a "
+                   "command", "refused before any command runs")
     from airflow_provider_hvd.runner.mpi_launch import RshService
 
     secret = payload.new_secret()
@@ -59,6 +67,7 @@ def test_rsh_service_runs_commands_only_for_holders_of_the_secret(tmp_path):
         assert marker.exists()
         assert "hello" in "".join(m.get("data", "") for m in messages)
         assert messages[-1] == {"op": "exit", "code": 3}
+        record.observe("wrong secret: AuthenticationError, command not run; the run's agent: command ran, exit 3")
     finally:
         service.close()
 
@@ -93,8 +102,11 @@ def test_rendezvous_store_is_reached_only_through_an_authenticated_proxy(caplog)
         service.close()
 
 
+@pytest.mark.faults
 @pytest.mark.skipif(os.geteuid() != 0, reason="needs root to connect as another user (uid 65534)")
-def test_rendezvous_proxy_refuses_another_users_process(caplog):
+def test_rendezvous_proxy_refuses_another_users_process(caplog, fault):
+    record = fault("port: gloo rendezvous proxy (127.0.0.1, one per rank); another user's process PUTs a fake "
+                   "rank address", "refused and logged; the value never reaches the driver's store")
     import subprocess
     import sys
 
@@ -115,6 +127,7 @@ def test_rendezvous_proxy_refuses_another_users_process(caplog):
         assert proxy.refused == 1
         assert service.rendezvous.get("global", "rank_0") is None
         assert "refused a connection" in caplog.text and "uid 65534" in caplog.text
+        record.observe("connection dropped before the request was read; warning logged; store unchanged")
     finally:
         proxy.close()
         service.close()

@@ -61,11 +61,14 @@ def test_killed_rank_is_reported_with_signal(spark_local2, no_leftovers):
     assert active_jobs(spark_local2) == []
 
 
-def test_more_ranks_than_slots_fails_in_seconds(spark_local2):
+@pytest.mark.faults
+def test_more_ranks_than_slots_fails_in_seconds(spark_local2, fault):
+    record = fault("np=3 on local[2] (more ranks than slots)", "a clear error within seconds, no job submitted")
     t0 = time.monotonic()
-    with pytest.raises(ClusterCapacityError, match=r"np=3\) needs 3 task slots .* has 2"):
+    with pytest.raises(ClusterCapacityError, match=r"np=3\) needs 3 task slots .* has 2") as info:
         HorovodRunner(np=3).run(rf.chatty)
     assert time.monotonic() - t0 < 5
+    record.observe(str(info.value), record.failed_after())
 
 
 def test_unpicklable_capture_fails_before_any_job(spark_local2):
@@ -84,7 +87,9 @@ def test_unpicklable_capture_fails_before_any_job(spark_local2):
     assert sc.statusTracker().getJobIdsForGroup(None) == before
 
 
-def test_dynamic_allocation_is_refused_clearly():
+@pytest.mark.faults
+def test_dynamic_allocation_is_refused_clearly(fault):
+    record = fault("dynamic allocation on (local-cluster)", "a clear error before any job, saying what to set")
     script = """
 import sys
 from conftest import new_session
@@ -101,3 +106,4 @@ spark.stop()
     done = python_in_venv("-c", script, cwd=pathlib.Path(__file__).parent, timeout=120)
     assert "ERROR: ClusterCapacityError" in done.stdout, done.stdout + done.stderr
     assert "spark.dynamicAllocation.enabled=false" in done.stdout
+    record.observe(done.stdout.split("ERROR: ", 1)[1].splitlines()[0])

@@ -82,3 +82,52 @@ def test_standalone_mpi_rank_failure_leaves_no_orted(standalone, no_leftovers):
         time.sleep(0.2)
     assert not orteds()
     assert HorovodRunner(np=2, launcher="mpi").run(rf.chatty) == 0
+
+
+def executor_on(host: str):
+    """The Spark executor JVM started for ``host`` (a standalone worker's address)."""
+    import psutil
+
+    for proc in psutil.process_iter(["cmdline"]):
+        cmdline = proc.info.get("cmdline") or []
+        if "CoarseGrainedExecutorBackend" in " ".join(cmdline) and host in cmdline:
+            return proc
+    raise AssertionError(f"no executor runs on {host}")
+
+
+@pytest.mark.faults
+@pytest.mark.parametrize("launcher", ["gloo", "mpi"])
+def test_executor_killed_mid_training_fails_fast_and_clean(standalone, launcher, tmp_path, no_leftovers, fault):
+    import time
+
+    from conftest import assert_no_run_processes
+    from test_faults import first_line, host_of, in_background, pid_of, quiet
+
+    record = fault(f"the executor holding rank 1 SIGKILLed mid-training ({launcher}, standalone, 2 workers)",
+                   "run() fails within 3 s naming the lost rank and its host; nothing left running; the next "
+                   "run() succeeds once the worker has replaced the executor")
+
+    killed_on = []
+
+    def kill_executor():
+        # Not by process tree: under mpi the ranks run under orteds that daemonize away from it.
+        pid_of(tmp_path, 0)
+        killed_on.append(host_of(tmp_path, 1))
+        executor = executor_on(killed_on[0])
+        time.sleep(0.3)
+        record.start()
+        executor.kill()
+
+    killer_errors = in_background(kill_executor)
+    with pytest.raises(RankFailedError) as info:
+        HorovodRunner(np=2, launcher=launcher, log_sink=quiet).run(rf.train_until_killed, marker_dir=str(tmp_path))
+    seconds = record.failed_after()
+    assert not killer_errors
+    err = info.value
+    assert err.rank == 1 and err.host == killed_on[0] and f"rank 1 (host {err.host}" in str(err), str(err)
+    assert seconds < 3, f"took {seconds:.2f} s"
+    assert_no_run_processes()
+    t0 = time.monotonic()
+    assert HorovodRunner(np=2, launcher=launcher, log_sink=quiet, slot_wait_timeout=90).run(rf.chatty) == 0
+    record.observe(f"{first_line(err)}; next run() succeeded {time.monotonic() - t0:.0f} s later "
+                   "(waiting for the new executor)")
