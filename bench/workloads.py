@@ -4,11 +4,16 @@ import time
 
 
 def hvd_allreduce():
+    """A trivial 2-rank allreduce; returns (value, wall-clock times when the function was entered,
+    when hvd.init() returned, when the allreduce returned) for the launch breakdown."""
+    t_enter = time.time()
     import horovod.torch as hvd
     import torch
 
     hvd.init()
-    return hvd.allreduce(torch.ones(1), op=hvd.Sum).item()
+    t_init = time.time()
+    value = hvd.allreduce(torch.ones(1), op=hvd.Sum).item()
+    return value, t_enter, t_init, time.time()
 
 
 def torch_allreduce():
@@ -48,7 +53,7 @@ def with_payload(blob):
     import horovod.torch as hvd
 
     hvd.init()
-    return len(blob)
+    return int(blob.nbytes)
 
 
 def make_result(megabytes):
