@@ -10,6 +10,10 @@
 #   PYTHON=python3              interpreter that creates it (>= 3.11)
 #   HVD_WHEEL_CACHE=...         horovod wheel cache (see scripts/build_horovod.sh)
 #   HVD_SKIP_CHECK=1            skip the final environment check
+#   HVD_EXTRAS=...              the package's extras (default airflow,examples,bench,test;
+#                               docker/ uses airflow,examples,deploy)
+#   HVD_GPU_OPERATIONS=NCCL     build horovod for GPUs (docker/'s GPU workers)
+#   TORCH_INDEX_URL=...         take torch from this index (docker/'s CPU images: the CPU wheel)
 set -euo pipefail
 
 repo=$(cd "$(dirname "$0")/.." && pwd)
@@ -48,6 +52,18 @@ if ! command -v mpirun >/dev/null 2>&1 || ! command -v mpicxx >/dev/null 2>&1; t
     fi
 fi
 
+step "check build tools"
+build_pkgs=$("$PYTHON" scripts/versions.py apt_build)
+if ! command -v cmake >/dev/null 2>&1 || ! command -v g++ >/dev/null 2>&1 || ! command -v make >/dev/null 2>&1; then
+    if as_root; then
+        echo "    a compiler or cmake is missing; installing $build_pkgs with apt-get"
+        apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $build_pkgs >/dev/null \
+            || fail "apt-get could not install $build_pkgs"
+    else
+        fail "horovod is built from source and needs g++, make and cmake. Run: sudo apt-get install -y $build_pkgs"
+    fi
+fi
+
 step "create $VENV"
 [ -x "$VENV/bin/python" ] || "$PYTHON" -m venv "$VENV" || fail "could not create $VENV (on Debian: apt-get install python3-venv)"
 py="$repo/$VENV/bin/python"
@@ -59,6 +75,9 @@ horovod_pin=$("$PYTHON" scripts/versions.py horovod)
 step "install torch $torch_pin and horovod's build requirements"
 # horovod builds without isolation against the torch in this venv, so torch and
 # the build's own imports must be in place first.
+if [ -n "${TORCH_INDEX_URL:-}" ]; then
+    pip_q --index-url "$TORCH_INDEX_URL" "torch==$torch_pin" || fail "pip could not install torch==$torch_pin from $TORCH_INDEX_URL"
+fi
 pip_q "torch==$torch_pin" numpy cloudpickle psutil pyyaml packaging cffi wheel "setuptools>=68" \
     || fail "pip could not install torch==$torch_pin (the CPU wheel on this machine's disk, or PyPI)"
 
@@ -72,9 +91,16 @@ if [ "$installed" != "$horovod_pin" ] || [ "$(cat "$stamp" 2>/dev/null)" != "$wh
     echo "$wheel" > "$stamp"
 fi
 
-step "install airflow-provider-hvd (editable) with Airflow, Spark and test tools"
+extras=${HVD_EXTRAS:-airflow,examples,bench,test}
+step "install airflow-provider-hvd (editable) with extras $extras"
 # pyproject.toml holds every pin; pip resolves them in one go.
-pip_q -e ".[airflow,examples,bench,test]" || fail "pip could not install the package's dependencies (see pyproject.toml)"
+pip_q -e ".[$extras]" || fail "pip could not install the package's dependencies (see pyproject.toml)"
+
+case ",$extras," in *,test,*)
+    step "fetch the Compose Specification schema (tests/test_deploy.py validates docker/compose.yaml)"
+    "$py" scripts/fetch_compose_schema.py >/dev/null \
+        || echo "    could not fetch it (offline?): tests/test_deploy.py will say so; the rest of the set-up is fine"
+esac
 
 if [ "${HVD_SKIP_CHECK:-0}" != 1 ]; then
     step "check the environment is real (horovod build, Spark barrier stage)"

@@ -1,16 +1,20 @@
-"""GPU pinning without a GPU: Spark's resource scheduling with a discovery script that reports
-FAKE GPU addresses (this machine has none), and a driver whose CUDA_VISIBLE_DEVICES names fake GPUs.
-No GPU machine was lent to the session that wrote this: the NCCL path is not run here."""
+"""GPU pinning without a GPU: Spark's resource scheduling runs docker/'s real discovery script
+(docker/spark/gpu_discovery.sh) over a FAKE nvidia-smi that reports GPUs 4 and 7 (this machine has
+none), and a driver whose CUDA_VISIBLE_DEVICES names fake GPUs. No GPU machine was lent to the
+sessions that wrote this: the NCCL path is not run here."""
 
 import os
 import shutil
 import stat
+from pathlib import Path
 
 import pytest
 import rank_functions as rf
 from conftest import new_session
 
 from airflow_provider_hvd import HorovodRunner
+
+REPO = Path(__file__).resolve().parent.parent
 
 
 def visible_devices():
@@ -28,9 +32,13 @@ def spark_with_fake_gpus(tmp_path_factory):
     active = SparkSession.getActiveSession()
     if active is not None:
         active.stop()
-    script = tmp_path_factory.mktemp("gpu") / "discover_fake_gpus.sh"
-    script.write_text('#!/bin/sh\necho \'{"name": "gpu", "addresses": ["4", "7"]}\'\n')
-    script.chmod(script.stat().st_mode | stat.S_IEXEC)
+    fake_bin = tmp_path_factory.mktemp("fake-nvidia-smi")
+    nvidia_smi = fake_bin / "nvidia-smi"  # FAKE: answers the discovery script's query with GPUs 4 and 7
+    nvidia_smi.write_text("#!/bin/sh\nprintf '4\\n7\\n'\n")
+    nvidia_smi.chmod(nvidia_smi.stat().st_mode | stat.S_IEXEC)
+    script = REPO / "docker" / "spark" / "gpu_discovery.sh"
+    path = os.environ["PATH"]
+    os.environ["PATH"] = f"{fake_bin}:{path}"  # the local-cluster worker and executor inherit it
     spark = new_session("local-cluster[1,2,1024]", "hvd-tests-fake-gpus", **{
         "spark.executor.memory": "768m",
         "spark.worker.resource.gpu.amount": "2", "spark.worker.resource.gpu.discoveryScript": str(script),
@@ -38,6 +46,7 @@ def spark_with_fake_gpus(tmp_path_factory):
         "spark.task.resource.gpu.amount": "1"})
     yield spark
     spark.stop()
+    os.environ["PATH"] = path
 
 
 def test_each_barrier_rank_sees_only_its_tasks_gpu(spark_with_fake_gpus, no_leftovers):
