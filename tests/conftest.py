@@ -19,20 +19,23 @@ import rank_functions  # noqa: E402
 cloudpickle.register_pickle_by_value(rank_functions)
 
 RANK_MARKER = "airflow_provider_hvd.runner.rank_main"
+RSH_AGENT_MARKER = "airflow_provider_hvd.runner.mpi_rsh"
 
 
 def run_processes():
-    """Processes that belong to HorovodRunner runs: ranks, and mpirun/orted that start them."""
+    """Processes that belong to HorovodRunner runs: ranks, mpirun/orted that start them, and
+    mpirun's rsh agents."""
     found = []
     for proc in psutil.process_iter(["pid", "name", "cmdline"]):
         cmdline = " ".join(proc.info.get("cmdline") or [])
-        if RANK_MARKER in cmdline or proc.info.get("name") in ("orted", "mpirun"):
+        if RANK_MARKER in cmdline or RSH_AGENT_MARKER in cmdline or proc.info.get("name") in ("orted", "mpirun"):
             found.append(proc)
     return found
 
 
 def rank_processes():
-    return [p for p in run_processes() if p.info.get("name") not in ("orted", "mpirun")]
+    return [p for p in run_processes() if p.info.get("name") not in ("orted", "mpirun")
+            and RSH_AGENT_MARKER not in " ".join(p.info.get("cmdline") or [])]
 
 
 def assert_no_run_processes(timeout=10.0):

@@ -36,9 +36,11 @@ def spark_with_fake_gpus(tmp_path_factory):
     nvidia_smi = fake_bin / "nvidia-smi"  # FAKE: answers the discovery script's query with GPUs 4 and 7
     nvidia_smi.write_text("#!/bin/sh\nprintf '4\\n7\\n'\n")
     nvidia_smi.chmod(nvidia_smi.stat().st_mode | stat.S_IEXEC)
-    script = REPO / "docker" / "spark" / "gpu_discovery.sh"
-    path = os.environ["PATH"]
-    os.environ["PATH"] = f"{fake_bin}:{path}"  # the local-cluster worker and executor inherit it
+    # local-cluster's worker runs inside the driver's JVM, which may predate this test: its
+    # environment cannot be changed, so a wrapper puts the FAKE nvidia-smi on the real script's PATH.
+    script = fake_bin / "discover.sh"
+    script.write_text(f'#!/bin/sh\nPATH="{fake_bin}:$PATH" exec "{REPO / "docker" / "spark" / "gpu_discovery.sh"}"\n')
+    script.chmod(script.stat().st_mode | stat.S_IEXEC)
     spark = new_session("local-cluster[1,2,1024]", "hvd-tests-fake-gpus", **{
         "spark.executor.memory": "768m",
         "spark.worker.resource.gpu.amount": "2", "spark.worker.resource.gpu.discoveryScript": str(script),
@@ -46,7 +48,6 @@ def spark_with_fake_gpus(tmp_path_factory):
         "spark.task.resource.gpu.amount": "1"})
     yield spark
     spark.stop()
-    os.environ["PATH"] = path
 
 
 def test_each_barrier_rank_sees_only_its_tasks_gpu(spark_with_fake_gpus, no_leftovers):
