@@ -28,41 +28,32 @@ trap 'rc=$?; [ $rc -ne 0 ] && [ -n "$step_name" ] && echo "setup FAILED at step 
 
 as_root() { [ "$(id -u)" = 0 ]; }
 
+# Make sure every command in $3.. exists, installing the Debian packages $2 with apt when
+# one is missing: now as root, else stop with the exact command to run.
+ensure_commands() {
+    local what=$1 pkgs=$2 cmd missing=""
+    shift 2
+    for cmd in "$@"; do command -v "$cmd" >/dev/null 2>&1 || missing="$missing $cmd"; done
+    [ -z "$missing" ] && return 0
+    if as_root; then
+        echo "    $what missing (${missing# }); installing $pkgs with apt-get"
+        apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $pkgs >/dev/null \
+            || fail "apt-get could not install $pkgs"
+    else
+        fail "$what missing (${missing# }) and this user is not root. Run: sudo apt-get update && sudo apt-get install -y $pkgs"
+    fi
+}
+
 step "check Python and Java"
 "$PYTHON" -c 'import sys; sys.exit(sys.version_info < (3, 11))' \
     || fail "$PYTHON is $("$PYTHON" -V 2>&1); Python >= 3.11 is needed. Set PYTHON=/path/to/python3.11"
-if ! command -v java >/dev/null 2>&1; then
-    if as_root; then
-        apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq openjdk-17-jre-headless \
-            || fail "apt-get could not install Java 17"
-    else
-        fail "Java 17 is missing (Spark needs it). Run: sudo apt-get install -y openjdk-17-jre-headless"
-    fi
-fi
+ensure_commands "Java 17 (Spark needs it) is" openjdk-17-jre-headless java
 
 step "check OpenMPI"
-apt_pkgs=$("$PYTHON" scripts/versions.py apt)
-if ! command -v mpirun >/dev/null 2>&1 || ! command -v mpicxx >/dev/null 2>&1; then
-    if as_root; then
-        echo "    OpenMPI is missing; installing $apt_pkgs with apt-get"
-        apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $apt_pkgs >/dev/null \
-            || fail "apt-get could not install $apt_pkgs"
-    else
-        fail "OpenMPI is missing and this user is not root. Run: sudo apt-get update && sudo apt-get install -y $apt_pkgs"
-    fi
-fi
+ensure_commands "OpenMPI is" "$("$PYTHON" scripts/versions.py apt)" mpirun mpicxx
 
 step "check build tools"
-build_pkgs=$("$PYTHON" scripts/versions.py apt_build)
-if ! command -v cmake >/dev/null 2>&1 || ! command -v g++ >/dev/null 2>&1 || ! command -v make >/dev/null 2>&1; then
-    if as_root; then
-        echo "    a compiler or cmake is missing; installing $build_pkgs with apt-get"
-        apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $build_pkgs >/dev/null \
-            || fail "apt-get could not install $build_pkgs"
-    else
-        fail "horovod is built from source and needs g++, make and cmake. Run: sudo apt-get install -y $build_pkgs"
-    fi
-fi
+ensure_commands "horovod's build tools are" "$("$PYTHON" scripts/versions.py apt_build)" cmake g++ make
 
 step "create $VENV"
 [ -x "$VENV/bin/python" ] || "$PYTHON" -m venv "$VENV" || fail "could not create $VENV (on Debian: apt-get install python3-venv)"
