@@ -92,8 +92,7 @@ class DriverService:
         elif role == "launcher":
             # A gloo launcher starts one rank; mpirun's launcher starts them all.
             ranks = [int(r) for r in hello.get("ranks", [rank])]
-            with self._peers_changed:
-                self._peers[("launcher", rank)] = channel
+            self._hold(("launcher", rank), channel)
             for r in ranks:
                 self.events.put(Event("launcher_started", r, hello))
         else:
@@ -126,20 +125,14 @@ class DriverService:
             if role == "rank":
                 self.events.put(Event("rank_closed", rank, hello))
             else:
-                with self._peers_changed:
-                    self._peers.pop(("launcher", rank), None)
-                    self._peers_changed.notify_all()
-                if not said_bye and not self._closing.is_set():
-                    for r in hello.get("ranks", [rank]):
-                        self.events.put(Event("launcher_lost", int(r), hello))
+                self._release(("launcher", rank), said_bye, hello.get("ranks", [rank]), hello)
 
     def _serve_task(self, channel: Channel, hello: dict[str, Any]) -> None:
         if self._roster is None:
             log.warning("driver service: a barrier task joined a run that has none, from %s", channel.peer)
             return
         partition = int(hello.get("partition", -1))
-        with self._peers_changed:
-            self._peers[("task", partition)] = channel
+        self._hold(("task", partition), channel)
         said_bye = False
         try:
             slots = self._roster.join(channel, partition, dict(hello.get("info") or {}))
@@ -155,12 +148,22 @@ class DriverService:
             if isinstance(exc, ValueError):
                 log.warning("driver service: %s", exc)
         finally:
-            with self._peers_changed:
-                self._peers.pop(("task", partition), None)
-                self._peers_changed.notify_all()
-            if not said_bye and not self._closing.is_set():
-                for r in self._roster.ranks_of(partition):
-                    self.events.put(Event("launcher_lost", r, {"host": hello.get("info", {}).get("host", "?")}))
+            self._release(("task", partition), said_bye, self._roster.ranks_of(partition),
+                          {"host": hello.get("info", {}).get("host", "?")})
+
+    def _hold(self, key: tuple[str, int], channel: Channel) -> None:
+        """A peer that holds processes of the run: stop_ranks tells it to stop and waits for it."""
+        with self._peers_changed:
+            self._peers[key] = channel
+
+    def _release(self, key: tuple[str, int], said_bye: bool, ranks, data: dict[str, Any]) -> None:
+        """The peer left. Without "bye", while the run was on, its task or executor died: its ranks are lost."""
+        with self._peers_changed:
+            self._peers.pop(key, None)
+            self._peers_changed.notify_all()
+        if not said_bye and not self._closing.is_set():
+            for r in ranks:
+                self.events.put(Event("launcher_lost", int(r), data))
 
     def stop_ranks(self, grace: float) -> None:
         """Ask every launcher still connected to kill its rank and report (its last timeline
