@@ -38,7 +38,6 @@ _SIGNALED = re.compile(r"process rank (\d+) with PID \d+ on node (\S+) exited on
 _EXITED = re.compile(r"Process name: \[\[\d+,\d+\],(\d+)\]\s*Exit code:\s*(\d+)", re.S)
 
 
-@lru_cache(maxsize=1)
 class TaggedLines:
     """Splits mpirun's ``--tag-output`` back into whole lines per rank.
 
@@ -70,6 +69,7 @@ class TaggedLines:
         return out
 
 
+@lru_cache(maxsize=1)
 def mpi_available() -> tuple[bool, str]:
     """(usable, why not): OpenMPI's mpirun on PATH and a horovod built with MPI.
 
