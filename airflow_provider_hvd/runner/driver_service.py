@@ -106,8 +106,11 @@ class DriverService:
                 if op == "get_payload":
                     channel.send_bytes(self._payload)
                 elif op == "log":
+                    stream = message.get("stream", "log")
                     for line in str(message.get("line", "")).splitlines() or [""]:
-                        self._log_sink(int(message.get("rank", rank)), message.get("stream", "log"), line)
+                        self._log_sink(int(message.get("rank", rank)), stream, line)
+                        if stream == "mpirun":  # the monitor quotes mpirun's own words if ranks never start
+                            self.events.put(Event("launcher_said", rank, {"line": line}))
                 elif op == "result":
                     self.events.put(Event("result", rank, message, channel.recv_bytes()))
                 elif op == "timeline":

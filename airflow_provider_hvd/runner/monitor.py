@@ -10,6 +10,7 @@ The first failing rank is the one named; the others die because the run stops.
 
 from __future__ import annotations
 
+import collections
 import logging
 import queue
 import time
@@ -57,6 +58,7 @@ class RunMonitor:
         self.closed: set[int] = set()
         self.exceptions: dict[int, dict] = {}
         self.result: bytes | None = None
+        self.launcher_said: collections.deque[str] = collections.deque(maxlen=15)
         self.t0 = time.monotonic()
 
     def wait(self, spark_job_error: Callable[[], BaseException | None] = lambda: None) -> bytes | None:
@@ -92,13 +94,7 @@ class RunMonitor:
             if len(self.exited_ok) == self.np and 0 in self.closed:
                 return self.result
             if len(self.started) < self.np and time.monotonic() > deadline:
-                missing = sorted(set(range(self.np)) - set(self.started))
-                raise StartTimeoutError(
-                    f"HorovodRunner: rank(s) {missing} did not start within start_timeout="
-                    f"{self.start_timeout:g}s ({len(self.started)} of {self.np} started, {self.where}). "
-                    "Their tasks were not scheduled or their processes hung while starting; check the "
-                    "executors' logs, or raise start_timeout if imports are slow there.",
-                    missing_ranks=missing)
+                raise self._start_timeout_error()
             job_error = spark_job_error()
             if job_error is not None and pending_exit is None and consequence is None:
                 raise HorovodRunError(
@@ -129,6 +125,8 @@ class RunMonitor:
                 return event
         elif event.kind == "launcher_lost":
             return event
+        elif event.kind == "launcher_said":
+            self.launcher_said.append(event.data.get("line", ""))
         elif event.kind == "returned":
             self.returned.add(rank)
         elif event.kind == "stalled":
@@ -138,6 +136,24 @@ class RunMonitor:
                 log.warning("HorovodRunner: rank %d has waited %.0f s in a collective; collecting the other "
                             "ranks' state", rank, event.data.get("waiting_s", 0))
         return None
+
+    def _start_timeout_error(self) -> StartTimeoutError:
+        missing = sorted(set(range(self.np)) - set(self.started))
+        launched = sorted(r for r in missing if r in self.hosts)
+        message = (f"HorovodRunner: rank(s) {missing} did not start within start_timeout="
+                   f"{self.start_timeout:g}s ({len(self.started)} of {self.np} started, {self.where}). ")
+        if launched:
+            # Their launcher is up, so Spark scheduled the tasks: the processes hung while starting.
+            where = ", ".join(f"rank {r} on {self.hosts[r]}" for r in launched)
+            message += (f"Their launchers were running ({where}) but the rank processes never connected: "
+                        "they hung while starting (imports, or mpirun unable to reach its daemons); check "
+                        "the executors' logs, or raise start_timeout if imports are slow there.")
+        else:
+            message += ("Their Spark tasks never started a launcher: they were not scheduled, or hung "
+                        "before launching; check the Spark UI and the executors' logs.")
+        if self.launcher_said:
+            message += "\n--- mpirun's last lines ---\n" + "\n".join(self.launcher_said)
+        return StartTimeoutError(message, missing_ranks=missing)
 
     def _unfinished(self) -> list[int]:
         return [r for r in range(self.np) if r not in self.returned and r not in self.exited_ok]
