@@ -1,4 +1,4 @@
-"""Prove the environment is real: horovod has PyTorch, MPI and Gloo; Spark runs a barrier stage.
+"""Prove the environment is real: horovod has PyTorch (and TensorFlow), MPI and Gloo; Spark runs a barrier stage.
 
 Run by scripts/setup.sh as its last step; exits non-zero naming what is missing.
 """
@@ -9,7 +9,8 @@ import shutil
 import subprocess
 import sys
 
-REQUIRED = ("PyTorch", "MPI", "Gloo")
+# What `horovodrun --check-build` must tick; the TensorFlow flavour adds its plugin.
+REQUIRED = ("PyTorch", "MPI", "Gloo") + (("TensorFlow",) if os.environ.get("HVD_FLAVOUR") == "tensorflow" else ())
 
 
 def check_horovod_build() -> None:

@@ -12,6 +12,9 @@
 #   HVD_SKIP_CHECK=1            skip the final environment check
 #   HVD_EXTRAS=...              the package's extras (default airflow,examples,bench,test;
 #                               docker/ uses airflow,examples,deploy)
+#   HVD_FLAVOUR=tensorflow      also install TensorFlow (+ tf-keras) and build horovod's
+#                               TensorFlow plugin next to PyTorch's (default: pytorch only;
+#                               `make test-tensorflow` uses VENV=.venv-tf HVD_FLAVOUR=tensorflow)
 #   HVD_GPU_OPERATIONS=NCCL     build horovod for GPUs (docker/'s GPU workers)
 #   TORCH_INDEX_URL=...         take torch from this index (docker/'s CPU images: the CPU wheel)
 set -euo pipefail
@@ -62,6 +65,12 @@ pip_q() { "$py" -m pip install -q --disable-pip-version-check "$@" 2> >(grep -v 
 
 torch_pin=$("$PYTHON" scripts/versions.py torch)
 horovod_pin=$("$PYTHON" scripts/versions.py horovod)
+flavour=${HVD_FLAVOUR:-pytorch}
+case "$flavour" in
+    pytorch) with_tf=0 ;;
+    tensorflow) with_tf=1 ;;
+    *) fail "HVD_FLAVOUR=$flavour is not a flavour: use pytorch (the default) or tensorflow" ;;
+esac
 
 step "install torch $torch_pin and horovod's build requirements"
 # horovod builds without isolation against the torch in this venv, so torch and
@@ -72,8 +81,17 @@ fi
 pip_q "torch==$torch_pin" numpy cloudpickle psutil pyyaml packaging cffi wheel "setuptools>=68" \
     || fail "pip could not install torch==$torch_pin (the CPU wheel on this machine's disk, or PyPI)"
 
-step "build or reuse the horovod $horovod_pin wheel"
-wheel=$(PYTHON="$py" scripts/build_horovod.sh) || fail "the horovod build failed (log above). Check that torch==$torch_pin, OpenMPI headers (libopenmpi-dev), cmake and g++ are present"
+if [ "$with_tf" = 1 ]; then
+    tf_pins=$("$PYTHON" scripts/versions.py extra tensorflow)
+    step "install $tf_pins (the TensorFlow flavour)"
+    # Before horovod's build: its TensorFlow plugin compiles against these headers.
+    pip_q $tf_pins || fail "pip could not install $tf_pins"
+elif "$py" -c 'import tensorflow' >/dev/null 2>&1; then
+    echo "    note: TensorFlow is installed in $VENV but HVD_FLAVOUR is pytorch: horovod is built without its TensorFlow plugin"
+fi
+
+step "build or reuse the horovod $horovod_pin wheel ($flavour flavour)"
+wheel=$(PYTHON="$py" HVD_WITH_TENSORFLOW=$with_tf scripts/build_horovod.sh) || fail "the horovod build failed (log above). Check that torch==$torch_pin, OpenMPI headers (libopenmpi-dev), cmake and g++ are present"
 installed=$("$py" -c 'import importlib.metadata as m; print(m.version("horovod"))' 2>/dev/null || true)
 # Reinstall when the wheel differs from what is installed (e.g. torch changed).
 stamp="$VENV/.horovod-wheel"
@@ -83,6 +101,7 @@ if [ "$installed" != "$horovod_pin" ] || [ "$(cat "$stamp" 2>/dev/null)" != "$wh
 fi
 
 extras=${HVD_EXTRAS:-airflow,examples,bench,test}
+[ "$with_tf" = 1 ] && case ",$extras," in *,tensorflow,*) ;; *) extras="$extras,tensorflow" ;; esac
 step "install airflow-provider-hvd (editable) with extras $extras"
 # pyproject.toml holds every pin; pip resolves them in one go.
 pip_q -e ".[$extras]" || fail "pip could not install the package's dependencies (see pyproject.toml)"
@@ -95,7 +114,7 @@ esac
 
 if [ "${HVD_SKIP_CHECK:-0}" != 1 ]; then
     step "check the environment is real (horovod build, Spark barrier stage)"
-    "$py" scripts/check_env.py || fail "the environment check failed (output above)"
+    HVD_FLAVOUR=$flavour "$py" scripts/check_env.py || fail "the environment check failed (output above)"
 fi
 step_name=""
 echo "==> [setup] done: $VENV is ready (activate with: source $VENV/bin/activate)"

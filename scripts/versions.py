@@ -2,6 +2,7 @@
 
 Usage:
   python3 scripts/versions.py horovod|torch|apt     a pin of the build recipe
+  python3 scripts/versions.py extra NAME            the requirements of the package's extra NAME
   python3 scripts/versions.py --docker-env          docker/.env for compose (docker/ images and pins)
 """
 
@@ -15,6 +16,11 @@ PYPROJECT = pathlib.Path(__file__).resolve().parent.parent / "pyproject.toml"
 def _tool() -> dict:
     with PYPROJECT.open("rb") as f:
         return tomllib.load(f)["tool"]["airflow-provider-hvd"]
+
+
+def extra(name: str) -> list[str]:
+    with PYPROJECT.open("rb") as f:
+        return tomllib.load(f)["project"]["optional-dependencies"][name]
 
 
 def build_pins() -> dict:
@@ -46,6 +52,8 @@ def docker_env() -> str:
 if __name__ == "__main__":
     if sys.argv[1] == "--docker-env":
         sys.stdout.write(docker_env())
+    elif sys.argv[1] == "extra":
+        print(" ".join(extra(sys.argv[2])))
     else:
         value = build_pins()[sys.argv[1]]
         print(" ".join(value) if isinstance(value, list) else value)
