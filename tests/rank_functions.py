@@ -65,6 +65,12 @@ def uses_module_it_did_not_import():
     return torch.ones(1)  # noqa: F821 - the mistake under test: torch imported outside the function
 
 
+def uses_tensorflow():
+    import tensorflow as tf
+
+    return tf.__version__
+
+
 def echo_env(name):
     return os.environ.get(name)
 

@@ -1,5 +1,6 @@
 """np < 0: ranks as subprocesses of the driver, no Spark."""
 
+import importlib.util
 import time
 
 import pytest
@@ -74,6 +75,14 @@ def test_module_not_imported_inside_main_gets_the_hint(no_leftovers):
     with pytest.raises(RankFailedError, match="Import modules inside the training function") as info:
         HorovodRunner(np=-2).run(rf.uses_module_it_did_not_import)
     assert "NameError" in str(info.value) and "'torch'" in str(info.value)
+
+
+@pytest.mark.skipif(importlib.util.find_spec("tensorflow") is not None,
+                    reason="the TensorFlow flavour is installed here: tensorflow imports")
+def test_tensorflow_code_without_the_tensorflow_flavour_says_how_to_get_it(no_leftovers):
+    with pytest.raises(RankFailedError, match="HVD_FLAVOUR=tensorflow scripts/setup.sh") as info:
+        HorovodRunner(np=-1).run(rf.uses_tensorflow)
+    assert "ModuleNotFoundError: No module named 'tensorflow'" in str(info.value)
 
 
 @LAUNCHERS

@@ -55,6 +55,12 @@ def _hint(exc: BaseException, while_loading: bool) -> str:
         return ("A name used by the training function is not defined in the rank. Import modules "
                 "inside the training function (e.g. `import torch` as its first line): imports at the "
                 "top of a notebook are not sent to the ranks.")
+    tensorflow_missing = (isinstance(exc, ModuleNotFoundError) and (exc.name or "").split(".")[0] in (
+        "tensorflow", "tf_keras")) or "horovod.tensorflow has not been built" in str(exc)
+    if tensorflow_missing:
+        return ("TensorFlow training needs the TensorFlow flavour of the environment (TensorFlow, tf-keras, and "
+                "horovod built with its TensorFlow plugin) on the driver and every worker: run "
+                "`HVD_FLAVOUR=tensorflow scripts/setup.sh` (docs/tensorflow.md).")
     if isinstance(exc, ModuleNotFoundError):
         where = "while loading the training function" if while_loading else "in the training function"
         return (f"Module {exc.name!r} could not be imported {where} on this rank's host. Install it on "
@@ -86,7 +92,9 @@ def main() -> int:
     _die_with_parent(boot["parent_pid"])
     rank = int(boot["rank"])
 
-    from airflow_provider_hvd.runner import channel as channel_mod, payload, rank_context, stall
+    from airflow_provider_hvd.runner import channel as channel_mod, keras_guard, payload, rank_context, stall
+
+    keras_guard.install()  # before the payload is unpickled: that may import TensorFlow
 
     secret = bytes.fromhex(boot["secret"])
     channel = channel_mod.connect((boot["driver"][0], int(boot["driver"][1])), secret,
