@@ -15,8 +15,10 @@ os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
 os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
 
 import rank_functions  # noqa: E402
+import tf_rank_functions  # noqa: E402
 
 cloudpickle.register_pickle_by_value(rank_functions)
+cloudpickle.register_pickle_by_value(tf_rank_functions)
 
 RANK_MARKER = "airflow_provider_hvd.runner.rank_main"
 RSH_AGENT_MARKER = "airflow_provider_hvd.runner.mpi_rsh"

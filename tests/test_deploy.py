@@ -151,5 +151,5 @@ def test_discovery_script_fails_clearly_without_gpus(tmp_path, listed, says):
 
 def test_example_dags_take_their_storage_from_the_environment():
     """The stack sets HVD_EXAMPLE_STORAGE; the DAGs must read it rather than hard-code a path."""
-    for dag in ("hvd_mnist_pytorch.py", "hvd_scheduled_retraining.py"):
-        assert "HVD_EXAMPLE_STORAGE" in (REPO / "dags" / dag).read_text(), dag
+    for dag in ("airflow_provider_hvd/examples/digits_dag.py", "dags/hvd_scheduled_retraining.py"):
+        assert "HVD_EXAMPLE_STORAGE" in (REPO / dag).read_text(), dag

@@ -1,0 +1,89 @@
+"""The digits training DAG, for either framework: prepare, train, wait for artifacts, evaluate.
+
+dags/hvd_mnist_pytorch.py and dags/hvd_mnist_tensorflow.py build their DAG from here; only the
+training and evaluation functions differ (digits.py, digits_keras.py).
+
+prepare  -> writes the digits data set (scikit-learn's 8x8 MNIST stand-in, or a real
+            MNIST .npz given as the ``mnist_path`` param) to storage as one shard per rank
+train    -> HorovodRunnerOperator: 2 ranks in a Spark barrier stage, timeline on,
+            checkpoints on rank 0
+wait     -> HorovodArtifactSensor: the timeline and this run's checkpoint are in storage
+evaluate -> test accuracy of the checkpoint (the task fails below ``min_accuracy``)
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Callable
+
+import pendulum
+from airflow.sdk import Param, dag, task
+from airflow_provider_hvd.examples.digits import prepare_digits
+
+from airflow_provider_hvd.operators.horovod_runner import HorovodRunnerOperator
+from airflow_provider_hvd.sensors.horovod_artifact import HorovodArtifactSensor
+
+NP = 2
+
+
+def digits_training_dag(dag_id: str, *, train: Callable, evaluate: Callable, tags: list[str], doc: str):
+    data = f"data/{dag_id}"
+
+    @dag(
+        dag_id=dag_id,
+        doc_md=doc,
+        schedule=None,
+        start_date=pendulum.datetime(2026, 1, 1, tz="UTC"),
+        catchup=False,
+        tags=["horovod", *tags, "example"],
+        params={
+            "storage": Param(os.environ.get("HVD_EXAMPLE_STORAGE", "file:///tmp/airflow-provider-hvd"),
+                             type="string",
+                             description="ObjectStoragePath URL for data, payloads, timelines, checkpoints"),
+            "mnist_path": Param(None, type=["null", "string"], description="optional MNIST .npz to use instead"),
+            "epochs": Param(20, type="integer", minimum=1),
+            "min_accuracy": Param(0.9, type="number"),
+        },
+    )
+    def digits_training():
+        @task
+        def prepare(params=None) -> str:
+            info = prepare_digits(f"{params['storage']}/{data}", np=NP, mnist_path=params["mnist_path"])
+            print(f"prepared {info}")
+            return info["data_dir"]
+
+        data_dir = prepare()
+
+        train_task = HorovodRunnerOperator(
+            task_id="train",
+            python_callable=train,
+            np=NP,
+            # Rendered from params rather than pulled from XCom, so that
+            # `airflow tasks test <dag_id> train` works on its own after prepare ran once.
+            op_kwargs={"data_dir": "{{ params.storage }}/" + data, "epochs": "{{ params.epochs }}", "lr": 0.05},
+            storage_path="{{ params.storage }}",
+            timeline=True,
+            render_template_as_native_obj=True,  # epochs renders as an int
+        )
+
+        wait = HorovodArtifactSensor(
+            task_id="wait_for_artifacts",
+            timeline_path="{{ ti.xcom_pull(task_ids='train', key='timeline') }}",
+            checkpoint_dir="{{ ti.xcom_pull(task_ids='train', key='checkpoint_dir') }}",
+            poke_interval=5,
+            timeout=600,
+        )
+
+        @task(task_id="evaluate")
+        def evaluate_task(data_dir: str, artifacts: dict, params=None) -> dict:
+            result = evaluate(data_dir, artifacts["checkpoint"])
+            print(f"test accuracy {result['test_accuracy']:.4f} after {result['epoch']} epochs "
+                  f"({result['n_test']} test images); timeline: {artifacts['timeline']}")
+            if result["test_accuracy"] < params["min_accuracy"]:
+                raise ValueError(f"test accuracy {result['test_accuracy']} is below {params['min_accuracy']}")
+            return result
+
+        data_dir >> train_task >> wait
+        evaluate_task(data_dir, wait.output)
+
+    return digits_training()
