@@ -113,7 +113,7 @@ def main() -> int:
         del body
         loading = False
         if os.environ.get(stall.STALL_TIMEOUT_ENV):
-            stall.watch(channel.send_json, float(os.environ[stall.STALL_TIMEOUT_ENV]))
+            stall.watch(channel.send_json, float(os.environ[stall.STALL_TIMEOUT_ENV]), announce=rank == 0)
         value = fn(**kwargs)
         channel.send_json({"op": "returned"})
         if rank == 0:

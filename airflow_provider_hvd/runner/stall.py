@@ -19,6 +19,8 @@ from typing import Any, Callable
 
 STALL_TIMEOUT_ENV = "HVD_RUNNER_STALL_TIMEOUT_S"
 POLL_S = 1.0
+TENSORFLOW_NOT_WATCHED = ("HorovodRunner: stall_timeout does not cover horovod.tensorflow collectives; a hung "
+                          "TensorFlow rank is stopped by the run's timeout= (docs/tensorflow.md)")
 
 
 def pending_collectives() -> set[int] | None:
@@ -35,15 +37,25 @@ def pending_collectives() -> set[int] | None:
     return set()
 
 
-def watch(report: Callable[[dict[str, Any]], None], timeout: float, poll: float = POLL_S) -> threading.Thread:
-    """Report once, from a daemon thread, when a collective has been pending longer than ``timeout``."""
+def watch(report: Callable[[dict[str, Any]], None], timeout: float, poll: float = POLL_S,
+          announce: bool = False) -> threading.Thread:
+    """Report once, from a daemon thread, when a collective has been pending longer than ``timeout``.
+    ``announce`` (rank 0): say in the log when the collectives are TensorFlow's, which it cannot watch."""
 
     def loop() -> None:
         first_seen: dict[int, float] = {}
+        told_tensorflow = False
         while True:
             time.sleep(poll)
             now = time.monotonic()
-            first_seen = {h: first_seen.get(h, now) for h in pending_collectives() or ()}
+            pending = pending_collectives()
+            if announce and pending is None and not told_tensorflow and "horovod.tensorflow" in sys.modules:
+                # TF's collectives run inside TF ops: nothing Python can watch. Horovod's own stall
+                # inspector does not help either: its coordinator blocks in the same exchange as
+                # the idle rank (measured, docs/tensorflow.md). Say so rather than seem to watch.
+                told_tensorflow = True
+                report({"op": "log", "stream": "log", "line": TENSORFLOW_NOT_WATCHED})
+            first_seen = {h: first_seen.get(h, now) for h in pending or ()}
             if first_seen and now - min(first_seen.values()) > timeout:
                 report({"op": "stalled", "waiting_s": round(now - min(first_seen.values()), 1),
                         "pending": len(first_seen)})
