@@ -108,7 +108,7 @@ def test_images_are_built_by_the_same_scripts_ci_runs():
     assert "test: setup" in (REPO / "Makefile").read_text()
     setup = (REPO / "scripts" / "setup.sh").read_text()
     build = (REPO / "scripts" / "build_horovod.sh").read_text()
-    for knob in ("HVD_GPU_OPERATIONS", "TORCH_INDEX_URL", "HVD_EXTRAS", "HVD_WHEEL_CACHE", "PYTHON"):
+    for knob in ("HVD_GPU_OPERATIONS", "TORCH_INDEX_URL", "HVD_EXTRAS", "HVD_FLAVOUR", "HVD_WHEEL_CACHE", "PYTHON"):
         assert knob in dockerfile and (knob in setup or knob in build), knob
     assert "scripts/build_horovod.sh" in setup and "HOROVOD_GPU_OPERATIONS=$gpu_ops" in build
     # Every file the images copy exists.
