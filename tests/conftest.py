@@ -75,6 +75,23 @@ def spark_local2():
     spark.stop()
 
 
+# An Airflow home of its own per test module: SQLite metadata DB, dags/ as the DAGs folder,
+# file storage for the example DAGs.
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+AIRFLOW = os.path.join(os.path.dirname(sys.executable), "airflow")
+
+
+@pytest.fixture(scope="module")
+def airflow(tmp_path_factory):
+    home = tmp_path_factory.mktemp("airflow_home")
+    storage = tmp_path_factory.mktemp("storage")
+    env = {**os.environ, "AIRFLOW_HOME": str(home), "AIRFLOW__CORE__DAGS_FOLDER": os.path.join(REPO, "dags"),
+           "AIRFLOW__CORE__LOAD_EXAMPLES": "False", "HVD_EXAMPLE_STORAGE": f"file://{storage}"}
+    done = subprocess.run([AIRFLOW, "db", "migrate"], env=env, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    return {"env": env, "home": home, "storage": storage}
+
+
 # ---- The reliability report (docs/reliability.md) -------------------------------------
 # A test that injects a fault records, through the ``fault`` fixture, the scenario, what a
 # user should see, what was observed and how long failing took; pytest's own verdict is

@@ -3,7 +3,6 @@ the images' recipe against the scripts CI runs, the pins against pyproject.toml,
 discovery script against a FAKE nvidia-smi (this machine has no GPU)."""
 
 import json
-import os
 import re
 import subprocess
 import sys
