@@ -57,7 +57,7 @@ fi
 
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
-echo "build_horovod: building horovod $HOROVOD_VERSION for torch $torch_version${tf_version:+ and TensorFlow $tf_version} ($py_tag, $flavour); about $([ "$with_tf" = 1 ] && echo 9 || echo 6) minutes on 2 cores" >&2
+echo "build_horovod: building horovod $HOROVOD_VERSION for torch $torch_version${tf_version:+ and TensorFlow $tf_version} ($py_tag, $flavour); about $([ "$with_tf" = 1 ] && echo 6 || echo 3) minutes on 2 cores" >&2
 "$PYTHON" -m pip download -q --no-binary :all: --no-deps --no-build-isolation -d "$work" "horovod==$HOROVOD_VERSION" >&2
 tar -xzf "$work"/horovod-"$HOROVOD_VERSION".tar.gz -C "$work"
 src="$work/horovod-$HOROVOD_VERSION"
