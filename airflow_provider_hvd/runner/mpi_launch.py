@@ -27,6 +27,7 @@ from typing import Any
 
 from airflow_provider_hvd.runner import channel as channel_mod
 from airflow_provider_hvd.runner.driver_link import DriverLink
+from airflow_provider_hvd.runner.lifetime import die_with_parent
 
 RSH_MAP_ENV = "HVD_RSH_MAP"
 RSH_SECRET_ENV = "HVD_RSH_SECRET"
@@ -189,8 +190,7 @@ def _kill_all(procs: list) -> None:
 
 
 def _term_with_parent() -> None:
-    from airflow_provider_hvd.runner.lifetime import die_with_parent
-
+    # Runs in the forked child before exec: no import, no library loading here (lifetime.py).
     die_with_parent(signal.SIGTERM)
 
 
