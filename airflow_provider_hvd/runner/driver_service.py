@@ -154,6 +154,10 @@ class DriverService:
             self._release(("task", partition), said_bye, self._roster.ranks_of(partition),
                           {"host": hello.get("info", {}).get("host", "?")})
 
+    def ranks_of_task(self, partition: int) -> list[int]:
+        """The ranks barrier task ``partition`` holds (empty in local mode or before the roster completed)."""
+        return self._roster.ranks_of(partition) if self._roster else []
+
     def _hold(self, key: tuple[str, int], channel: Channel) -> None:
         """A peer that holds processes of the run: stop_ranks tells it to stop and waits for it."""
         with self._peers_changed:

@@ -207,7 +207,7 @@ class HorovodRunner:
                 job.start()
                 result = RunMonitor(np, service.events, start_timeout=self.start_timeout,
                                     where=f"Spark master {describe_master(sc)}", stall_timeout=self.stall_timeout,
-                                    timeout=self.timeout).wait(job.error)
+                                    timeout=self.timeout, ranks_of_task=service.ranks_of_task).wait(job.error)
                 # Every rank is done: release the tasks still serving (mpi's rsh agents) and give
                 # the stage a moment to end by itself.
                 self._stop(service, self.timeline is not None)

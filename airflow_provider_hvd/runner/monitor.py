@@ -13,6 +13,7 @@ from __future__ import annotations
 import collections
 import logging
 import queue
+import re
 import time
 from typing import Callable
 
@@ -28,6 +29,12 @@ _EXCEPTION_GRACE_S = 2.0
 # under a rank because a peer died) waits for the cause to be reported.
 _CAUSE_GRACE_S = 2.0
 _CONSEQUENCE_TYPES = {"HorovodInternalError"}
+# A Spark job failure usually has a rank-level cause that is reported on its own (a lost
+# launcher, mpirun's account of a dead rank); the job error may arrive first, e.g. when an
+# executor dies but its Python worker, holding our channel, lingers. Wait this long for it.
+_JOB_ERROR_GRACE_S = 1.0
+_LOST_TASK = re.compile(r"barrier task ResultTask\(\d+, (\d+)\)")
+_EXECUTOR_LOST = re.compile(r"ExecutorLostFailure \(executor (\S+) exited[^)]*\)\s*Reason: ([^\n]*)")
 # After the first rank reports a stalled collective, how long to wait for the other
 # waiting ranks' reports (they poll once a second), so that the ones that did not report
 # are the ranks that never joined.
@@ -42,8 +49,12 @@ def _is_consequence(exc: dict | None) -> bool:
 
 class RunMonitor:
     def __init__(self, np: int, events: queue.Queue, *, start_timeout: float, where: str,
-                 stall_timeout: float | None = None, timeout: float | None = None):
+                 stall_timeout: float | None = None, timeout: float | None = None,
+                 ranks_of_task: Callable[[int], list[int]] = lambda partition: []):
+        """``ranks_of_task(partition)``: the ranks a barrier task holds, to name them when Spark
+        reports the task's executor lost."""
         self.np = np
+        self.ranks_of_task = ranks_of_task
         self.stall_timeout = stall_timeout
         self.timeout = timeout
         self.returned: set[int] = set()
@@ -66,6 +77,7 @@ class RunMonitor:
         deadline = self.t0 + self.start_timeout
         pending_exit: tuple[float, Event] | None = None
         consequence: tuple[float, Event] | None = None
+        job_failed_at: float | None = None
         while True:
             try:
                 event = self.events.get(timeout=0.1)
@@ -97,9 +109,9 @@ class RunMonitor:
                 raise self._start_timeout_error()
             job_error = spark_job_error()
             if job_error is not None and pending_exit is None and consequence is None:
-                raise HorovodRunError(
-                    f"HorovodRunner: the Spark barrier stage failed before the ranks finished "
-                    f"({len(self.exited_ok)} of {self.np} done): {_first_line(job_error)}") from job_error
+                job_failed_at = job_failed_at or time.monotonic()
+                if time.monotonic() - job_failed_at > _JOB_ERROR_GRACE_S:
+                    raise self._job_failure(job_error) from job_error
 
     def _on_event(self, event: Event) -> Event | None:
         rank = event.rank
@@ -154,6 +166,27 @@ class RunMonitor:
         if self.launcher_said:
             message += "\n--- mpirun's last lines ---\n" + "\n".join(self.launcher_said)
         return StartTimeoutError(message, missing_ranks=missing)
+
+    def _job_failure(self, job_error: BaseException) -> HorovodRunError:
+        """The Spark stage failed and no rank said why. A lost executor is named by its ranks."""
+        text = str(job_error)
+        task, lost = _LOST_TASK.search(text), _EXECUTOR_LOST.search(text)
+        ranks = self.ranks_of_task(int(task.group(1))) if task and lost else []
+        unfinished = [r for r in ranks if r not in self.exited_ok]
+        if not unfinished:
+            return HorovodRunError(f"HorovodRunner: the Spark barrier stage failed before the ranks finished "
+                                   f"({len(self.exited_ok)} of {self.np} done): {_first_line(job_error)}")
+        rank = unfinished[0]
+        host = self.hosts.get(rank, "?")
+        pid = (self.started.get(rank) or {}).get("pid")
+        reason = lost.group(2).strip()
+        message = (f"HorovodRunner: lost rank {rank} (host {host}" + (f", pid {pid})" if pid else ")")
+                   + f": its Spark executor {lost.group(1)} died ({reason})"
+                   + (f", taking rank(s) {unfinished}" if len(unfinished) > 1 else "") + ".")
+        if "137" in reason:
+            message += " Exit code 137 is SIGKILL: the kernel's out-of-memory killer, a container limit or `kill -9`."
+        message += " Check that executor's log."
+        return RankFailedError(message, rank=rank, host=host, returncode=None, tail=[])
 
     def _unfinished(self) -> list[int]:
         return [r for r in range(self.np) if r not in self.returned and r not in self.exited_ok]
