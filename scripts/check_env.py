@@ -13,12 +13,17 @@ import sys
 REQUIRED = ("PyTorch", "MPI", "Gloo") + (("TensorFlow",) if os.environ.get("HVD_FLAVOUR") == "tensorflow" else ())
 
 
-def check_horovod_build() -> None:
+def horovod_build() -> tuple[set[str], str]:
+    """What `horovodrun --check-build` ticks (frameworks, controllers, operations), and its output."""
     horovodrun = shutil.which("horovodrun", path=os.path.dirname(sys.executable))
     if not horovodrun:
         sys.exit("check_env: horovodrun is not installed in this environment; rerun scripts/setup.sh")
     out = subprocess.run([horovodrun, "--check-build"], capture_output=True, text=True, check=False).stdout
-    enabled = set(re.findall(r"\[X\] (\S+)", out))
+    return set(re.findall(r"\[X\] (\S+)", out)), out
+
+
+def check_horovod_build() -> None:
+    enabled, out = horovod_build()
     missing = [name for name in REQUIRED if name not in enabled]
     if missing:
         sys.exit(f"check_env: horovod was built without {', '.join(missing)}:\n{out}\n"

@@ -86,7 +86,7 @@ if [ "$with_tf" = 1 ]; then
     step "install $tf_pins (the TensorFlow flavour)"
     # Before horovod's build: its TensorFlow plugin compiles against these headers.
     pip_q $tf_pins || fail "pip could not install $tf_pins"
-elif "$py" -c 'import tensorflow' >/dev/null 2>&1; then
+elif "$py" -c 'import importlib.util, sys; sys.exit(importlib.util.find_spec("tensorflow") is None)' 2>/dev/null; then
     echo "    note: TensorFlow is installed in $VENV but HVD_FLAVOUR is pytorch: horovod is built without its TensorFlow plugin"
 fi
 
