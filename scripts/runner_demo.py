@@ -5,10 +5,6 @@ through HorovodRunner in a Spark barrier stage, and prints rank 0's results.
 """
 
 import logging
-import os
-import sys
-
-os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
 logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
 
 

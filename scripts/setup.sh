@@ -107,6 +107,9 @@ step "install airflow-provider-hvd (editable) with extras $extras"
 pip_q -e ".[$extras]" || fail "pip could not install the package's dependencies (see pyproject.toml)"
 
 case ",$extras," in *,test,*)
+    step "check the test suite's system packages"
+    ensure_commands "PyPy 3.9 (a real worker Python older than 3.11, for the tests) is" \
+        "$("$PYTHON" scripts/versions.py apt_test)" pypy3
     step "fetch the Compose Specification schema (tests/test_deploy.py validates docker/compose.yaml)"
     "$py" scripts/fetch_compose_schema.py >/dev/null \
         || echo "    could not fetch it (offline?): tests/test_deploy.py will say so; the rest of the set-up is fine"

@@ -1,7 +1,7 @@
 """Print pinned versions from pyproject.toml (the one place they live).
 
 Usage:
-  python3 scripts/versions.py horovod|torch|apt     a pin of the build recipe
+  python3 scripts/versions.py horovod|torch|apt|apt_build|apt_test  a pin of the build recipe
   python3 scripts/versions.py extra NAME            the requirements of the package's extra NAME
   python3 scripts/versions.py --docker-env          docker/.env for compose (docker/ images and pins)
 """

@@ -9,11 +9,9 @@ import cloudpickle
 import psutil
 import pytest
 
-# Executors start their Python workers with this interpreter (the venv's), as a
-# cluster configured for this provider does.
-os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
-os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
-
+# No PYSPARK_PYTHON here: on local[...] and local-cluster[...] masters HorovodRunner runs the
+# driver's interpreter by itself, which is what a user's script gets (issue 13). The
+# standalone cluster is configured the way a real one is, with spark.pyspark.python.
 import rank_functions  # noqa: E402
 import tf_rank_functions  # noqa: E402
 
@@ -46,6 +44,13 @@ def assert_no_run_processes(timeout=10.0):
         time.sleep(0.2)
     left = [(p.pid, " ".join(p.cmdline())) for p in run_processes() if p.is_running()]
     assert not left, f"processes of the run survived it: {left}"
+
+
+def user_env(**extra):
+    """The environment a user's shell has: none of the Spark/Python settings a test run may carry."""
+    env = {k: v for k, v in os.environ.items()
+           if not k.startswith(("PYSPARK_", "SPARK_", "PYTHON", "AIRFLOW", "HVD_", "VIRTUAL_ENV"))}
+    return {**env, **extra}
 
 
 @pytest.fixture

@@ -4,6 +4,8 @@ One SparkContext per process, so each master gets its own module-scoped session,
 stopped before the next starts.
 """
 
+import sys
+
 import pytest
 import rank_functions as rf
 from conftest import new_session
@@ -46,7 +48,9 @@ def standalone(tmp_path_factory):
     try:
         spark = new_session(cluster.url, "hvd-tests-standalone", **{
             "spark.driver.host": "127.0.0.1", "spark.driver.bindAddress": "127.0.0.1",
-            "spark.executor.memory": "768m", "spark.executor.cores": "1"})
+            "spark.executor.memory": "768m", "spark.executor.cores": "1",
+            # A real cluster names its workers' Python; HorovodRunner never guesses it there.
+            "spark.pyspark.python": sys.executable})
         yield spark
         spark.stop()
     finally:

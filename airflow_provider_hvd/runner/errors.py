@@ -49,3 +49,16 @@ class PayloadError(HorovodRunError):
 
 class SerializationError(HorovodRunError, TypeError):
     """The training function, a keyword argument or a result could not be pickled."""
+
+
+class WorkerEnvironmentError(HorovodRunError):
+    """A Spark worker's Python cannot run the ranks: a package or module is missing there, the
+    Python executable does not exist, or its version does not match the driver's. Raised before
+    any rank starts, naming the host, the worker's Python and the module."""
+
+    def __init__(self, message: str, *, host: str | None = None, python: str | None = None,
+                 module: str | None = None):
+        super().__init__(message)
+        self.host = host
+        self.python = python
+        self.module = module

@@ -10,7 +10,8 @@ from typing import Any, Callable, Iterator
 
 import cloudpickle
 
-from airflow_provider_hvd.runner import payload
+from airflow_provider_hvd.runner import payload, worker_check
+from airflow_provider_hvd.runner.dependencies import required_modules
 from airflow_provider_hvd.runner.driver_service import DriverService, LogSink, print_log_sink
 from airflow_provider_hvd.runner.errors import HorovodRunError
 from airflow_provider_hvd.runner.monitor import RunMonitor
@@ -131,12 +132,16 @@ class HorovodRunner:
             raise TypeError(f"HorovodRunner.run(main, ...) needs a function, got {type(main).__name__}")
         t0 = time.monotonic()
         secret = payload.new_secret()
-        sealed_call = payload.seal(payload.dumps_call(main, kwargs), secret, payload.KIND_CALL)
+        call = payload.dumps_call(main, kwargs)
+        sealed_call = payload.seal(call, secret, payload.KIND_CALL)
         name = getattr(main, "__qualname__", repr(main))
         if self.np < 0:
             sealed_result = self._run_local(-self.np, secret, sealed_call, name)
         else:
-            sealed_result = self._run_barrier(self.np, secret, sealed_call, name)
+            # What every barrier task checks its Python can import before a rank starts.
+            required = required_modules(main, call)
+            del call
+            sealed_result = self._run_barrier(self.np, secret, sealed_call, name, required)
         if sealed_result is None:
             raise HorovodRunError("HorovodRunner: every rank finished but rank 0 sent no result; "
                                   "this is a bug in airflow-provider-hvd, please report it.")
@@ -189,11 +194,14 @@ class HorovodRunner:
                 self._stop(service, self.timeline is not None)
                 ranks.stop()
 
-    def _run_barrier(self, np: int, secret: bytes, sealed_call: bytes, name: str) -> bytes | None:
-        from airflow_provider_hvd.runner.spark_launch import BarrierJob, TaskSpec, check_cluster, describe_master
+    def _run_barrier(self, np: int, secret: bytes, sealed_call: bytes, name: str,
+                     required: list[str]) -> bytes | None:
+        from airflow_provider_hvd.runner.spark_launch import (BarrierJob, TaskSpec, check_cluster, describe_master,
+                                                              worker_python)
 
         sc = self._spark_context()
         check_cluster(sc, np, self.slot_wait_timeout)
+        python = worker_python(sc)
         log.info("HorovodRunner: running %s as %d ranks in a Spark barrier stage on %s (%s)",
                  name, np, describe_master(sc), self.launcher)
         with self._driver_side(secret, sealed_call, "0.0.0.0", tasks=np) as service:
@@ -202,12 +210,15 @@ class HorovodRunner:
                             forward_output=self.driver_log_verbosity == "all", env=self._rank_env(),
                             timeline_interval=self.timeline_interval if self.timeline else None,
                             launcher=self.launcher, mpi_args=self.mpi_args)
-            job = BarrierJob(sc, np, spec, f"HorovodRunner np={np}: {name}")
+            job = BarrierJob(sc, np, spec, f"HorovodRunner np={np}: {name}", python=python,
+                             required_modules=required)
             try:
                 job.start()
                 result = RunMonitor(np, service.events, start_timeout=self.start_timeout,
                                     where=f"Spark master {describe_master(sc)}", stall_timeout=self.stall_timeout,
-                                    timeout=self.timeout, ranks_of_task=service.ranks_of_task).wait(job.error)
+                                    timeout=self.timeout, ranks_of_task=service.ranks_of_task,
+                                    explain_job_error=lambda e: worker_check.diagnose(
+                                        e, python, f"Spark master {describe_master(sc)}")).wait(job.error)
                 # Every rank is done: release the tasks still serving (mpi's rsh agents) and give
                 # the stage a moment to end by itself.
                 self._stop(service, self.timeline is not None)

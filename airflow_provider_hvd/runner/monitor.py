@@ -50,10 +50,14 @@ def _is_consequence(exc: dict | None) -> bool:
 class RunMonitor:
     def __init__(self, np: int, events: queue.Queue, *, start_timeout: float, where: str,
                  stall_timeout: float | None = None, timeout: float | None = None,
-                 ranks_of_task: Callable[[int], list[int]] = lambda partition: []):
+                 ranks_of_task: Callable[[int], list[int]] = lambda partition: [],
+                 explain_job_error: Callable[[BaseException], HorovodRunError | None] = lambda e: None):
         """``ranks_of_task(partition)``: the ranks a barrier task holds, to name them when Spark
-        reports the task's executor lost."""
+        reports the task's executor lost. ``explain_job_error``: the error a Spark job failure
+        stands for when no rank can report it (a worker that cannot run ranks at all), raised
+        at once."""
         self.np = np
+        self.explain_job_error = explain_job_error
         self.ranks_of_task = ranks_of_task
         self.stall_timeout = stall_timeout
         self.timeout = timeout
@@ -108,6 +112,10 @@ class RunMonitor:
             if len(self.started) < self.np and time.monotonic() > deadline:
                 raise self._start_timeout_error()
             job_error = spark_job_error()
+            if job_error is not None and job_failed_at is None:
+                explained = self.explain_job_error(job_error)
+                if explained is not None:
+                    raise explained from None  # Spark's wrapping adds pages, not information
             if job_error is not None and pending_exit is None and consequence is None:
                 job_failed_at = job_failed_at or time.monotonic()
                 if time.monotonic() - job_failed_at > _JOB_ERROR_GRACE_S:

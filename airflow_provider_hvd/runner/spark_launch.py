@@ -9,20 +9,32 @@ its launcher to the driver service (rendezvous.py). Under mpi, the task holding 
 mpirun and every task serves mpirun's rsh agent until the driver releases it. The stage
 runs in a background thread under its own job group so that the driver can
 cancel it the moment any rank fails.
+
+Before any of that, every task checks that its Python can run a rank (worker_check.py), and
+the stage runs under the Python ``worker_python`` picks: on a ``local[...]`` /
+``local-cluster[...]`` master with no Python configured, the driver's own interpreter.
 """
 
 from __future__ import annotations
 
+import contextlib
+import dataclasses
 import functools
 import json
+import logging
 import os
 import re
+import sys
 import threading
 import time
 import uuid
 from dataclasses import dataclass, field
+from typing import Iterator
 
+from airflow_provider_hvd.runner import worker_check
 from airflow_provider_hvd.runner.errors import ClusterCapacityError
+
+log = logging.getLogger("airflow_provider_hvd.runner")
 
 
 @dataclass(frozen=True)
@@ -137,10 +149,15 @@ def executor_host(ctx) -> str:
 class BarrierJob:
     """The barrier stage, collected in a background thread under a job group of its own."""
 
-    def __init__(self, sc, np: int, spec: TaskSpec, description: str):
+    def __init__(self, sc, np: int, spec: TaskSpec, description: str, *, python: str,
+                 required_modules: list[str] = ()):
+        """``python``: the executable every task runs (``worker_python``); ``required_modules``:
+        what each task looks up before starting a rank (dependencies.py)."""
         self._sc = sc
         self._np = np
         self._spec = spec
+        self._python = python
+        self._required = list(required_modules)
         self.group = f"horovod-runner-{uuid.uuid4().hex[:12]}"
         self._description = description
         self._error: BaseException | None = None
@@ -152,8 +169,13 @@ class BarrierJob:
     def _collect(self) -> None:
         try:
             self._sc.setJobGroup(self.group, self._description, interruptOnCancel=True)
-            task = functools.partial(run_barrier_task, self._spec)
-            self._sc.parallelize(range(self._np), self._np).barrier().mapPartitions(task).collect()
+            worker_check.ship_by_value()
+            task = functools.partial(worker_check.checked_barrier_task, dataclasses.asdict(self._spec),
+                                     self._required)
+            rdd = self._sc.parallelize(range(self._np), self._np).barrier().mapPartitions(task)
+            with _python_exec(self._sc, self._python):
+                rdd._jrdd  # the worker's Python is fixed when pyspark wraps the function, here
+            rdd.collect()
         except BaseException as exc:  # Py4JJavaError and friends: reported through error()
             self._error = exc
 
@@ -169,6 +191,51 @@ class BarrierJob:
         if self._thread.is_alive():
             self._sc.cancelJobGroup(self.group)
         self._thread.join(timeout)
+
+
+_EXEC_LOCK = threading.Lock()
+_announced: set[tuple[str, str]] = set()
+
+
+def is_local_master(master: str) -> bool:
+    """``local``, ``local[...]`` and ``local-cluster[...]``: every executor is on this machine."""
+    return master == "local" or master.startswith(("local[", "local-cluster["))
+
+
+def worker_python(sc) -> str:
+    """The Python executable the barrier tasks (and so the ranks) run.
+
+    ``spark.pyspark.python`` when set: Spark documents it as the executors' Python, but a
+    driver started as a plain Python process (a script, a notebook) ignores it; then
+    ``PYSPARK_PYTHON`` as the SparkContext read it. With neither, on a master whose executors
+    are all on this machine, the driver's own interpreter: Spark's default, ``python3`` from
+    the PATH, is rarely the virtual environment the user installed this package into. On a
+    real cluster nothing is overridden: its workers' Python is the cluster's to configure.
+    """
+    configured = sc.getConf().get("spark.pyspark.python")
+    if configured:
+        return configured
+    if "PYSPARK_PYTHON" in os.environ or sc.pythonExec != "python3":
+        return sc.pythonExec
+    if is_local_master(sc.master):
+        if (sc.master, sys.executable) not in _announced:
+            _announced.add((sc.master, sys.executable))
+            log.info("HorovodRunner: Spark master %s and neither spark.pyspark.python nor PYSPARK_PYTHON set: "
+                     "the barrier tasks and ranks run this driver's Python, %s", sc.master, sys.executable)
+        return sys.executable
+    return sc.pythonExec
+
+
+@contextlib.contextmanager
+def _python_exec(sc, python: str) -> Iterator[None]:
+    """``sc.pythonExec`` set to ``python`` for one RDD's wrapping only: the user's other jobs keep theirs."""
+    with _EXEC_LOCK:
+        before = sc.pythonExec
+        sc.pythonExec = python
+        try:
+            yield
+        finally:
+            sc.pythonExec = before
 
 
 def available_slots(sc) -> int:

@@ -1,0 +1,155 @@
+"""Which top-level modules a call needs on the workers, as far as the driver can tell.
+
+Two sources, both cheap: the modules the pickled call refers to by name (functions,
+classes and modules cloudpickle pickles by reference, e.g. a tensor in the kwargs or a
+helper from the user's own package), and the ``import`` statements inside the training
+function's code (the HorovodRunner idiom: ``import horovod.torch as hvd`` as its first
+line), except those inside a ``try`` (an optional import) or ``with`` block. The barrier
+tasks look each one up with ``importlib.util.find_spec`` before a rank starts
+(worker_check.py), so a module missing on a worker is named in seconds rather than as a
+rank's traceback.
+"""
+
+from __future__ import annotations
+
+import dis
+import importlib.util
+import io
+import pickletools
+import sys
+import types
+from typing import Any, Callable
+
+# The runner's ranks import these whatever the function does.
+ALWAYS = ("horovod", "cloudpickle")
+# Past this many opcodes the rest of a pickle is not scanned (a payload of millions of small
+# objects); the rank's own import error stays the fallback.
+_MAX_OPS = 100_000
+# Opcodes whose argument is a length-prefixed byte or text string: (prefix size, is text). The
+# scan skips long ones without reading them: module names are short, tensors are not.
+_SIZED = {"SHORT_BINBYTES": (1, False), "BINBYTES": (4, False), "BINBYTES8": (8, False),
+          "BYTEARRAY8": (8, False), "SHORT_BINSTRING": (1, True), "BINSTRING": (4, True),
+          "SHORT_BINUNICODE": (1, True), "BINUNICODE": (4, True), "BINUNICODE8": (8, True)}
+_LONGEST_NAME = 512
+_OPCODES = {op.code.encode("latin-1"): op for op in pickletools.opcodes}
+_GET_OPS = {"GET", "BINGET", "LONG_BINGET"}
+_PUT_OPS = {"PUT", "BINPUT", "LONG_BINPUT"}
+# cloudpickle pickles a module object as a call of one of these with the module's name.
+_MODULE_LOADERS = {"subimport", "dynamic_subimport", "_import_module"}
+
+
+def required_modules(main: Callable[..., Any], pickled_call: bytes | memoryview) -> list[str]:
+    """Sorted top-level module names that must be importable on every worker: not the
+    standard library, not ``__main__``, and only names the driver itself can find (an import
+    the driver cannot satisfy is the function's own business, not a deployment fault)."""
+    names = set(ALWAYS) | pickled_modules(pickled_call) | code_imports(main)
+    top = {n.split(".")[0] for n in names if n and not n.startswith(".")}
+    top -= set(sys.stdlib_module_names) | {"__main__", "builtins", "__builtin__"}
+    return sorted(n for n in top if _found_on_driver(n))
+
+
+def _found_on_driver(name: str) -> bool:
+    if name in sys.modules:
+        return True
+    try:
+        return importlib.util.find_spec(name) is not None
+    except (ImportError, ValueError):
+        return False
+
+
+def pickled_modules(data: bytes | memoryview) -> set[str]:
+    """Modules named by GLOBAL/STACK_GLOBAL opcodes, and by cloudpickle's module loaders.
+
+    Walks the opcodes as pickletools.genops does, but steps over long strings instead of
+    copying them (genops copies every byte string it meets): a payload carrying a 1 GiB
+    array is scanned in microseconds."""
+    found: set[str] = set()
+    memo: dict[int, Any] = {}
+    recent: list[Any] = [None, None]  # the last two values pushed, where they are strings
+    want_module = False
+    view = memoryview(data).cast("B")
+    window = io.BytesIO()  # other arguments are short: parsed from a small copy
+    pos = 0
+    try:
+        for _ in range(_MAX_OPS):
+            op = _OPCODES[bytes(view[pos:pos + 1])]
+            pos += 1
+            name = op.name
+            value: Any = None
+            if name in _SIZED:
+                width, text = _SIZED[name]
+                size = int.from_bytes(view[pos:pos + width], "little", signed=name == "BINSTRING")
+                pos += width
+                if text and size <= _LONGEST_NAME:
+                    value = str(view[pos:pos + size], "utf-8" if "UNICODE" in name else "latin-1", "replace")
+                pos += size
+                if want_module and value is not None:
+                    found.add(value)
+                    want_module = False
+            elif op.arg is not None:
+                window.seek(0)
+                window.truncate()
+                window.write(view[pos:pos + 4096])
+                window.seek(0)
+                arg = op.arg.reader(window)
+                pos += window.tell()
+                if name in _GET_OPS:
+                    value = memo.get(arg)
+                    if want_module and isinstance(value, str):
+                        found.add(value)
+                        want_module = False
+                elif name in _PUT_OPS:
+                    memo[arg] = recent[-1]
+                    continue
+                elif name in ("GLOBAL", "INST"):
+                    module, _, qualname = str(arg).partition(" ")
+                    want_module = _note_global(found, module, qualname)
+            elif name == "MEMOIZE":
+                memo[len(memo)] = recent[-1]
+                continue
+            elif name == "STACK_GLOBAL":
+                module, qualname = recent[-2], recent[-1]
+                if isinstance(module, str) and isinstance(qualname, str):
+                    want_module = _note_global(found, module, qualname)
+            elif name == "STOP":
+                break
+            recent = [recent[-1], value]
+    except Exception:  # a pickle this scan does not understand: the rank-side error remains
+        pass
+    return found
+
+
+def _note_global(found: set[str], module: str, qualname: str) -> bool:
+    """Record a referenced module; True when the global loads a module named by the next string."""
+    if qualname in _MODULE_LOADERS and "cloudpickle" in module:
+        return True
+    found.add(module)
+    return False
+
+
+def code_imports(main: Callable[..., Any]) -> set[str]:
+    """Absolute imports in the function's code and its nested functions, outside ``try``/``with``
+    blocks (Python marks both with the same exception table: an optional import is never required)."""
+    code = getattr(getattr(main, "__func__", main), "__code__", None)
+    if code is None and callable(main):  # a functools.partial, an object with __call__
+        inner = getattr(main, "func", None) or getattr(type(main), "__call__", None)
+        code = getattr(inner, "__code__", None)
+    found: set[str] = set()
+    if code is not None:
+        _scan_code(code, found)
+    return found
+
+
+def _scan_code(code: types.CodeType, found: set[str]) -> None:
+    bytecode = dis.Bytecode(code)
+    guarded = [(e.start, e.end) for e in getattr(bytecode, "exception_entries", ())]
+    level = 0
+    for instr in bytecode:
+        if instr.opname == "LOAD_CONST" and isinstance(instr.argval, int):
+            level = instr.argval  # IMPORT_NAME's level is the last int constant loaded before it
+        elif instr.opname == "IMPORT_NAME":
+            if level == 0 and not any(start <= instr.offset < end for start, end in guarded):
+                found.add(instr.argval)
+    for const in code.co_consts:
+        if isinstance(const, types.CodeType):
+            _scan_code(const, found)
