@@ -214,6 +214,8 @@ class HorovodRunnerOperator(BaseOperator):
         except (TypeError, ValueError):
             self.log.info("Rank 0's result (%s) is not JSON-serialisable: returning its URI", type(value).__name__)
             return str(result_path)
+        shown = repr(value)
+        self.log.info("Rank 0 returned %s", shown if len(shown) <= 300 else shown[:300] + " ...")
         return value
 
     def on_kill(self) -> None:

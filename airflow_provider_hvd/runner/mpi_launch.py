@@ -34,6 +34,18 @@ RSH_SECRET_ENV = "HVD_RSH_SECRET"
 DRIVER_ENV = "HVD_DRIVER_ADDR"
 SECRET_ENV = "HVD_RUN_SECRET"
 GPUS_BY_RANK_ENV = "HVD_GPUS_BY_RANK"
+# Each host's Python and working directory, set by that host's barrier task (RshService for
+# orted, MpiRun for mpirun's own host): the executors' environments need not be at the same
+# path on every host (spark.archives unpacks one per executor).
+RANK_PYTHON_ENV = "HVD_RANK_PYTHON"
+RANK_CWD_ENV = "HVD_RANK_CWD"
+# mpirun's application: a rank under its own host's Python, in its own executor's directory.
+_RANK_COMMAND = ('cd "$%s" || exit 70; exec "$%s" -u -m airflow_provider_hvd.runner.rank_main --mpi'
+                 % (RANK_CWD_ENV, RANK_PYTHON_ENV))
+
+
+def this_hosts_rank_env() -> dict[str, str]:
+    return {RANK_PYTHON_ENV: sys.executable, RANK_CWD_ENV: os.getcwd()}
 _TAG = re.compile(r"\[\d+,(\d+)\]<(stdout|stderr)>:")
 _SIGNALED = re.compile(r"process rank (\d+) with PID \d+ on node (\S+) exited on signal (\d+)")
 _EXITED = re.compile(r"Process name: \[\[\d+,\d+\],(\d+)\]\s*Exit code:\s*(\d+)", re.S)
@@ -107,7 +119,8 @@ class RshService:
         if request.get("op") != "exec":
             return
         proc = subprocess.Popen(["/bin/sh", "-c", request["command"]], stdout=subprocess.PIPE,
-                                stderr=subprocess.PIPE, start_new_session=True)
+                                stderr=subprocess.PIPE, start_new_session=True,
+                                env={**os.environ, **this_hosts_rank_env()})
         with self._lock:
             self._procs.add(proc)
 
@@ -243,8 +256,8 @@ class MpiRun:
                 "-mca", "btl_tcp_if_include", self._iface, "-mca", "oob_tcp_if_include", self._iface]
         for name in sorted(rank_env):
             cmd += ["-x", name]
-        cmd += [*self._extra, sys.executable, "-u", "-m", "airflow_provider_hvd.runner.rank_main", "--mpi"]
-        self._launch_env = {**self._env, **rank_env, RSH_SECRET_ENV: self._secret.hex(),
+        cmd += [*self._extra, "/bin/sh", "-c", _RANK_COMMAND]
+        self._launch_env = {**self._env, **rank_env, **this_hosts_rank_env(), RSH_SECRET_ENV: self._secret.hex(),
                             RSH_MAP_ENV: json.dumps({h: list(a) for h, a in self._rsh.items()})}
         return cmd
 
