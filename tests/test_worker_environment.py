@@ -74,11 +74,30 @@ def test_required_modules_come_from_the_pickle_and_the_functions_imports():
 
     call = cloudpickle.dumps((train, {"table": numpy.zeros(3)}))
     assert dependencies.required_modules(train, call) == ["cloudpickle", "horovod", "numpy"]
+    # A helper of the same module, called by the function, travels with it: its imports count.
+    assert dependencies.code_imports(_calls_a_helper) == {"pandas"}
 
 
-def test_scanning_a_gigabyte_payload_copies_nothing():
-    big = bytearray(cloudpickle.dumps({"blob": b"x" * (256 << 20), "m": json}))
-    assert dependencies.pickled_modules(memoryview(big)) >= {"json"}
+def _helper():
+    import pandas  # noqa: F401
+
+
+def _calls_a_helper():
+    return _helper()
+
+
+def test_scanning_a_large_payload_copies_none_of_it():
+    import tracemalloc
+
+    big = cloudpickle.dumps({"blob": b"x" * (256 << 20), "text": "y" * (64 << 20), "m": json})
+    tracemalloc.start()
+    try:
+        found = dependencies.pickled_modules(big)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert "json" in found
+    assert peak < 1 << 20, f"the scan allocated {peak} bytes for a {len(big)}-byte payload"
 
 
 BAD_WORKERS = textwrap.dedent("""

@@ -16,7 +16,9 @@ Module map (one job each):
   rank_context    ``log_to_driver`` and what a rank knows about itself
   lifetime        processes die with their parent (PR_SET_PDEATHSIG)
   local_launch    np < 0: ranks as subprocesses of the driver
-  spark_launch    np > 0: one Spark barrier stage, one rank per task
+  spark_launch    np > 0: one Spark barrier stage, one rank per task, under the workers' Python
+  worker_check    each barrier task first checks its Python can run a rank (shipped by value)
+  dependencies    the top-level modules a call needs on the workers
   mpi_launch      launcher="mpi": mpirun from the barrier stage, rsh agent through the tasks
   mpi_rsh         the rsh agent mpirun calls to start orted on a host
   driver_link     a launcher's channel to the driver: reports, "stop", timeline chunks

@@ -128,20 +128,33 @@ def _note_global(found: set[str], module: str, qualname: str) -> bool:
 
 
 def code_imports(main: Callable[..., Any]) -> set[str]:
-    """Absolute imports in the function's code and its nested functions, outside ``try``/``with``
-    blocks (Python marks both with the same exception table: an optional import is never required)."""
-    code = getattr(getattr(main, "__func__", main), "__code__", None)
-    if code is None and callable(main):  # a functools.partial, an object with __call__
-        inner = getattr(main, "func", None) or getattr(type(main), "__call__", None)
-        code = getattr(inner, "__code__", None)
+    """Absolute imports in the function's code, its nested functions and the functions of its own
+    module it calls (those travel by value with it), outside ``try``/``with`` blocks (Python marks
+    both with the same exception table: an optional import is never required)."""
+    fn = getattr(main, "__func__", main)
+    if getattr(fn, "__code__", None) is None and callable(fn):  # a functools.partial, an object with __call__
+        fn = getattr(fn, "func", None) or getattr(type(fn), "__call__", None)
     found: set[str] = set()
-    if code is not None:
-        _scan_code(code, found)
+    seen: set[int] = set()
+    todo = [fn] if getattr(fn, "__code__", None) is not None else []
+    while todo and len(seen) < 200:
+        fn = todo.pop()
+        if id(fn) in seen:
+            continue
+        seen.add(id(fn))
+        names = _scan_code(fn.__code__, found)
+        module_globals = getattr(fn, "__globals__", {})
+        for name in names:
+            helper = module_globals.get(name)
+            if isinstance(helper, types.FunctionType) and helper.__module__ == fn.__module__:
+                todo.append(helper)
     return found
 
 
-def _scan_code(code: types.CodeType, found: set[str]) -> None:
+def _scan_code(code: types.CodeType, found: set[str]) -> set[str]:
+    """Add the code's unguarded absolute imports to ``found``; return the global names it uses."""
     bytecode = dis.Bytecode(code)
+    names = set(code.co_names)
     guarded = [(e.start, e.end) for e in getattr(bytecode, "exception_entries", ())]
     level = 0
     for instr in bytecode:
@@ -152,4 +165,5 @@ def _scan_code(code: types.CodeType, found: set[str]) -> None:
                 found.add(instr.argval)
     for const in code.co_consts:
         if isinstance(const, types.CodeType):
-            _scan_code(const, found)
+            names |= _scan_code(const, found)
+    return names
