@@ -9,6 +9,7 @@ user's set-up would install it before this package.
 """
 
 import json
+import shutil
 import subprocess
 import sys
 import textwrap
@@ -134,8 +135,9 @@ def installed(tmp_path_factory):
     run([*pip, f"{wheels[0]}[airflow]"], env=user_env())
     print(f"build + install {t_install - t0:.0f} s, pack {t_pack - t_install:.0f} s "
           f"({archive.stat().st_size >> 20} MiB), airflow extra {time.monotonic() - t_pack:.0f} s")
-    return {"root": root, "python": env / "bin" / "python", "bin": env / "bin", "wheel": wheels[0],
-            "sdist": sdists[0], "archive": archive}
+    yield {"root": root, "python": env / "bin" / "python", "bin": env / "bin", "wheel": wheels[0],
+           "sdist": sdists[0], "archive": archive}
+    shutil.rmtree(root, ignore_errors=True)  # 3 GB; pytest would keep it for three sessions
 
 
 def test_the_wheel_holds_the_package_and_nothing_else(installed):
@@ -198,6 +200,8 @@ def test_workers_without_the_packages_run_ranks_from_a_packed_environment(instal
                    env=user_env(), timeout=900)
     finally:
         cluster.stop()
+        for unpacked in (tmp_path / "cluster").glob("work*/app-*/*/environment"):
+            shutil.rmtree(unpacked, ignore_errors=True)  # each executor's copy: GBs
     runs = [json.loads(line[6:]) for line in done.stdout.splitlines() if line.startswith("RANKS ")]
     assert [r["launcher"] for r in runs] == ["gloo", "mpi"], done.stdout[-3000:] + done.stderr[-3000:]
     work = str(tmp_path / "cluster")

@@ -51,7 +51,8 @@ class TaskSpec:
 
 
 def run_barrier_task(spec: TaskSpec, _rows):
-    """Body of each barrier task (runs in the executor's Python worker)."""
+    """Body of each barrier task, once worker_check.checked_barrier_task has found its Python able
+    to run a rank (runs in the executor's Python worker)."""
     from pyspark import BarrierTaskContext
 
     from airflow_provider_hvd.runner.gpus import task_gpu_addresses
