@@ -111,6 +111,8 @@ class DriverService:
                         self._log_sink(int(message.get("rank", rank)), stream, line)
                         if stream == "mpirun":  # the monitor quotes mpirun's own words if ranks never start
                             self.events.put(Event("launcher_said", rank, {"line": line}))
+                elif op == "diagnostic":  # a launcher's account of a slow start: quoted on failure only
+                    self.events.put(Event("launcher_said", rank, {"line": str(message.get("line", ""))}))
                 elif op == "result":
                     self.events.put(Event("result", rank, message, channel.recv_bytes()))
                 elif op == "timeline":

@@ -172,7 +172,7 @@ class RunMonitor:
             message += ("Their Spark tasks never started a launcher: they were not scheduled, or hung "
                         "before launching; check the Spark UI and the executors' logs.")
         if self.launcher_said:
-            message += "\n--- mpirun's last lines ---\n" + "\n".join(self.launcher_said)
+            message += "\n--- mpirun's last lines, and its launcher's snapshots of its processes ---\n" + "\n".join(self.launcher_said)
         return StartTimeoutError(message, missing_ranks=missing)
 
     def _job_failure(self, job_error: BaseException) -> HorovodRunError:

@@ -22,6 +22,7 @@ import subprocess
 import sys
 import tempfile
 import threading
+import time
 from functools import lru_cache
 from typing import Any
 
@@ -207,6 +208,38 @@ def _term_with_parent() -> None:
     die_with_parent(signal.SIGTERM)
 
 
+def _with_parent_death_signal(cmd: list[str]) -> tuple[list[str], Any]:
+    """``(command, preexec_fn)`` that make mpirun get SIGTERM when this launcher's thread dies.
+
+    util-linux's setpriv sets PR_SET_PDEATHSIG in the new process and execs mpirun, so Python
+    forks without a preexec_fn: Python's documentation calls preexec_fn unsafe in a process
+    with threads (a barrier task has several), since the child runs Python code between fork
+    and exec. Only where setpriv is missing does the preexec_fn path remain."""
+    setpriv = shutil.which("setpriv")
+    if setpriv:
+        return [setpriv, "--pdeathsig", "TERM", *cmd], None
+    return cmd, _term_with_parent
+
+
+_START_SNAPSHOTS_S = (2, 10, 30, 60, 100, 150, 220)
+
+
+def _process_line(proc) -> str:
+    """One process for a diagnostic line: name, pid, state, the kernel wait channel, command."""
+    import psutil
+
+    try:
+        with open(f"/proc/{proc.pid}/wchan") as f:
+            wchan = f.read().strip() or "-"
+    except OSError:
+        wchan = "?"
+    try:
+        cmd = " ".join(proc.cmdline())[:90]
+        return f"{proc.name()}[{proc.pid}] {proc.status()} wchan={wchan}: {cmd}"
+    except psutil.Error:
+        return f"[{proc.pid}] gone"
+
+
 def _killpg(proc: subprocess.Popen) -> None:
     try:
         os.killpg(proc.pid, signal.SIGKILL)
@@ -266,18 +299,38 @@ class MpiRun:
                                 {"role": "launcher", "rank": 0, "ranks": list(range(self.np)),
                                  "host": self._hosts[0][0], "pid": os.getpid(),
                                  "hosts": [h for h, n in self._hosts for _ in range(n)]})
-        cmd = self._command()
         # mpirun ends its job on SIGTERM; it gets one when this launcher's thread dies (a killed
         # Spark task or driver), so its ranks never outlive the run.
+        cmd, preexec = _with_parent_death_signal(self._command())
         self.proc = subprocess.Popen(cmd, env=self._launch_env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-                                     stderr=subprocess.PIPE, start_new_session=True, preexec_fn=_term_with_parent)
+                                     stderr=subprocess.PIPE, start_new_session=True, preexec_fn=preexec)
         for stream, name in ((self.proc.stdout, "stdout"), (self.proc.stderr, "stderr")):
             t = threading.Thread(target=self._pump, args=(stream, name), daemon=True)
             t.start()
             self._threads.append(t)
+        threading.Thread(target=self._snapshot_while_running, name="hvd-mpirun-snapshots", daemon=True).start()
         self._link.on_stop(lambda: stop_mpirun(self.proc))
         if self._timeline_interval:
             self._link.ship_timeline(self._launch_env["HOROVOD_TIMELINE"], self._timeline_interval)
+
+    def _snapshot_while_running(self) -> None:
+        """For a start that never completes: the driver quotes these (not logged) in its
+        StartTimeoutError, so a hung mpirun says which of its processes waits, and on what."""
+        import psutil
+
+        t0 = time.monotonic()
+        for at in _START_SNAPSHOTS_S:
+            try:
+                self.proc.wait(max(0.0, t0 + at - time.monotonic()))
+                return
+            except subprocess.TimeoutExpired:
+                pass
+            try:
+                tree = [psutil.Process(self.proc.pid), *psutil.Process(self.proc.pid).children(recursive=True)]
+            except psutil.Error:
+                return
+            line = f"after {at} s mpirun's processes here: " + "; ".join(_process_line(p) for p in tree)
+            self._link.send({"op": "diagnostic", "line": line[:1500]})
 
     def _pump(self, stream, name: str) -> None:
         lines = TaggedLines()
