@@ -329,6 +329,13 @@ class MpiRun:
                 tree = [psutil.Process(self.proc.pid), *psutil.Process(self.proc.pid).children(recursive=True)]
             except psutil.Error:
                 return
+            # orted daemonizes away from mpirun's tree; those on this host, with their ranks, count too.
+            for daemon in psutil.process_iter(["name"]):
+                if daemon.info.get("name") == "orted" and daemon not in tree:
+                    try:
+                        tree += [daemon, *daemon.children(recursive=True)]
+                    except psutil.Error:
+                        pass
             line = f"after {at} s mpirun's processes here: " + "; ".join(_process_line(p) for p in tree)
             self._link.send({"op": "diagnostic", "line": line[:1500]})
 
