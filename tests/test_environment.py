@@ -2,6 +2,7 @@
 
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -16,7 +17,9 @@ ALLREDUCE = """
 import horovod.torch as hvd, torch
 hvd.init()
 total = hvd.allreduce(torch.tensor([float(hvd.rank() + 1)]), op=hvd.Sum).item()
-print(f"RESULT rank={hvd.rank()} size={hvd.size()} sum={total} mpi={hvd.mpi_enabled()}", flush=True)
+import sys
+sys.stdout.write(f"RESULT rank={hvd.rank()} size={hvd.size()} sum={total} mpi={hvd.mpi_enabled()}\\n")
+sys.stdout.flush()
 """
 
 
@@ -28,7 +31,9 @@ def allreduce_script(tmp_path_factory):
 
 
 def results(stdout):
-    return sorted(line.split("RESULT ", 1)[1] for line in stdout.splitlines() if "RESULT " in line)
+    # Matched anywhere, not line by line: mpirun forwards each rank's output as it comes, and CI
+    # once saw rank 1's line land before rank 0's newline.
+    return sorted(re.findall(r"RESULT (rank=\d+ size=\d+ sum=[\d.]+ mpi=(?:True|False))", stdout))
 
 
 def test_horovodrun_gloo_two_ranks(allreduce_script):
