@@ -286,6 +286,10 @@ class MpiRun:
         cmd += ["--tag-output", "-np", str(self.np), "-H", ",".join(f"{h}:{n}" for h, n in self._hosts),
                 "--bind-to", "none", "--map-by", "slot", "--oversubscribe",
                 "-mca", "plm_rsh_agent", agent, "-mca", "plm_rsh_no_tree_spawn", "1",
+                # orted stays attached to the barrier task that started it instead of daemonizing:
+                # a daemonizing orted vanished once in a while before calling back (CI, twice), and
+                # mpirun then waits forever; attached, its end is seen and reported by the rsh agent.
+                "-mca", "orte_leave_session_attached", "1",
                 "-mca", "btl_tcp_if_include", self._iface, "-mca", "oob_tcp_if_include", self._iface]
         for name in sorted(rank_env):
             cmd += ["-x", name]
@@ -329,7 +333,7 @@ class MpiRun:
                 tree = [psutil.Process(self.proc.pid), *psutil.Process(self.proc.pid).children(recursive=True)]
             except psutil.Error:
                 return
-            # orted daemonizes away from mpirun's tree; those on this host, with their ranks, count too.
+            # orted runs under the barrier tasks, not under mpirun: those on this host, with their ranks, count too.
             for daemon in psutil.process_iter(["name"]):
                 if daemon.info.get("name") == "orted" and daemon not in tree:
                     try:
