@@ -82,6 +82,7 @@ class RunMonitor:
         pending_exit: tuple[float, Event] | None = None
         consequence: tuple[float, Event] | None = None
         job_failed_at: float | None = None
+        explained_error: BaseException | None = None
         while True:
             try:
                 event = self.events.get(timeout=0.1)
@@ -112,7 +113,8 @@ class RunMonitor:
             if len(self.started) < self.np and time.monotonic() > deadline:
                 raise self._start_timeout_error()
             job_error = spark_job_error()
-            if job_error is not None and job_failed_at is None:
+            if job_error is not None and job_error is not explained_error:
+                explained_error = job_error  # Spark's text can run to pages: read it once
                 explained = self.explain_job_error(job_error)
                 if explained is not None:
                     raise explained from None  # Spark's wrapping adds pages, not information

@@ -34,6 +34,7 @@ def checked_barrier_task(spec_fields: dict, required: list, rows):
     import sys as sys_
 
     def refuse(problem: str, module: str | None, detail: str):
+        # spark_launch.executor_host's rule, written out: that module may be what is missing.
         try:
             from pyspark import BarrierTaskContext
 
