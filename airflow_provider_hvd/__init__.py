@@ -15,7 +15,7 @@ __version__ = "0.1.0"
 
 _LAZY = {
     "HorovodRunner": "airflow_provider_hvd.runner.horovod_runner",
-    "log_to_driver": "airflow_provider_hvd.runner.rank_context",
+    "log_to_driver": "airflow_provider_hvd.runner.rank.context",
     "save_checkpoint": "airflow_provider_hvd.runner.checkpoint",
     "load_checkpoint": "airflow_provider_hvd.runner.checkpoint",
     "latest_checkpoint": "airflow_provider_hvd.runner.checkpoint",

@@ -147,8 +147,8 @@ def import_check_cost(reps):
     required modules, in a fresh interpreter as a Python worker is (pyspark imported)."""
     import numpy
 
-    from airflow_provider_hvd.runner import payload
-    from airflow_provider_hvd.runner.dependencies import required_modules
+    from airflow_provider_hvd.runner.wire import payload
+    from airflow_provider_hvd.runner.driver.dependencies import required_modules
 
     call = payload.dumps_call(workloads.hvd_allreduce, {})
     modules = required_modules(workloads.hvd_allreduce, call)
@@ -276,9 +276,9 @@ HISTORY = [
     "arrived), so the gloo launch paid about 1 s for its one allGather and mpi about 2 s (allGather and a "
     "final barrier that kept every host's rsh service up until mpirun was done). Tasks now send their "
     "host to the driver's roster over the authenticated channel they open anyway, and mpi tasks wait "
-    "for the driver's \"stop\" (runner/roster.py). And horovod's RendezvousServer stops its HTTP server "
+    "for the driver's \"stop\" (runner/driver/roster.py). And horovod's RendezvousServer stops its HTTP server "
     "with socketserver's default 0.5 s poll, paid at the end of every run; ours polls every 50 ms "
-    "(runner/rendezvous.py). The table above is the after.",
+    "(runner/driver/kv_store.py, runner/task/rendezvous_proxy.py). The table above is the after.",
     "",
     "The run of 2026-12-02, before the workers' import check and the driver's-interpreter default of "
     "issue 13, gave 2.66 s (0.30) with gloo, 2.58 s (0.30) with mpi and 2.02 s (0.23) locally, against "

@@ -70,7 +70,7 @@ def hvd_scheduled_retraining():
     def publish(artifacts: dict, params=None) -> dict:
         import fsspec
 
-        from airflow_provider_hvd.runner.storage import atomic_write
+        from airflow_provider_hvd.runner.common.storage import atomic_write
 
         result = evaluate_digits(DIGITS_DATA.uri, artifacts["checkpoint"])
         if result["test_accuracy"] < params["min_accuracy"]:

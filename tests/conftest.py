@@ -18,8 +18,8 @@ import tf_rank_functions  # noqa: E402
 cloudpickle.register_pickle_by_value(rank_functions)
 cloudpickle.register_pickle_by_value(tf_rank_functions)
 
-RANK_MARKER = "airflow_provider_hvd.runner.rank_main"
-RSH_AGENT_MARKER = "airflow_provider_hvd.runner.mpi_rsh"
+RANK_MARKER = "airflow_provider_hvd.runner.rank.main"
+RSH_AGENT_MARKER = "airflow_provider_hvd.runner.task.rsh_agent"
 
 
 def run_processes():

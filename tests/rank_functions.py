@@ -189,3 +189,19 @@ def checkpoint_then_big_checkpoint(directory, marker_dir, megabytes):
             f.write(str(os.getpid()))
     hvd.allreduce(torch.ones(1), name="after-checkpoint")
     time.sleep(600)
+
+
+def handle_map_while_pending():
+    """What horovod.torch.mpi_ops._handle_map shows around one collective (tests/test_private_apis.py)."""
+    import horovod.torch as hvd
+    import torch
+    from horovod.torch import mpi_ops
+
+    hvd.init()
+    handle = hvd.allreduce_async(torch.ones(3), name="pending")
+    seen = {"is_dict": isinstance(getattr(mpi_ops, "_handle_map", None), dict),
+            "pending_listed": handle in getattr(mpi_ops, "_handle_map", {})}
+    hvd.synchronize(handle)
+    seen["done_removed"] = handle not in getattr(mpi_ops, "_handle_map", {handle: None})
+    hvd.shutdown()
+    return seen

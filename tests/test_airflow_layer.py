@@ -113,7 +113,7 @@ def test_on_kill_stops_spark_and_every_rank(airflow, fault):
 
 
 def test_tampered_payload_is_refused_before_unpickling(tmp_path):
-    from airflow_provider_hvd.runner import payload
+    from airflow_provider_hvd.runner.wire import payload
 
     key = payload.new_secret()
     marker = tmp_path / "pwned"
@@ -138,7 +138,7 @@ def test_tampered_or_foreign_result_is_refused_by_the_operator(tmp_path, fault):
     from airflow.sdk.exceptions import AirflowException
 
     from airflow_provider_hvd.operators.horovod_runner import HorovodRunnerOperator
-    from airflow_provider_hvd.runner import payload
+    from airflow_provider_hvd.runner.wire import payload
 
     op = HorovodRunnerOperator(task_id="t", python_callable=print, np=2)
     key = payload.new_secret()
@@ -233,7 +233,7 @@ def test_retry_resumes_from_the_failed_tries_checkpoint(airflow, no_leftovers, f
 
 
 def test_signing_key_and_storage_come_from_the_horovod_connection(airflow, tmp_path, no_leftovers):
-    from airflow_provider_hvd.runner import payload
+    from airflow_provider_hvd.runner.wire import payload
 
     key = payload.new_secret()
     conn = {"conn_type": "horovod", "password": key.hex(),

@@ -277,7 +277,7 @@ class _Tripwire:
 
 
 def _corrupt(kind, blob, key):
-    from airflow_provider_hvd.runner import payload
+    from airflow_provider_hvd.runner.wire import payload
 
     blob = bytearray(blob)
     if kind == "truncated":
@@ -300,9 +300,9 @@ def test_bad_payload_is_refused_by_a_real_rank_before_unpickling(kind, says, tmp
     """A rank process, started as every launch starts it, fetches a damaged payload from the driver."""
     import cloudpickle
 
-    from airflow_provider_hvd.runner import payload
-    from airflow_provider_hvd.runner.driver_service import DriverService
-    from airflow_provider_hvd.runner.rank_process import RankProcess
+    from airflow_provider_hvd.runner.wire import payload
+    from airflow_provider_hvd.runner.driver.service import DriverService
+    from airflow_provider_hvd.runner.task.rank_process import RankProcess
 
     record = fault(f"payload {kind}, fetched by a real rank process",
                    "refused before unpickling (the tripwire pickle never runs), with a message naming the check")

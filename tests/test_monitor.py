@@ -10,9 +10,9 @@ import time
 
 import pytest
 
-from airflow_provider_hvd.runner.driver_service import Event
+from airflow_provider_hvd.runner.driver.service import Event
 from airflow_provider_hvd.runner.errors import HorovodRunError, RankFailedError
-from airflow_provider_hvd.runner.monitor import RunMonitor
+from airflow_provider_hvd.runner.driver.monitor import RunMonitor
 
 # Spark 4.2.0's message for a standalone executor SIGKILLed under a barrier task (CI log, 2026-12-02).
 EXECUTOR_LOST = (

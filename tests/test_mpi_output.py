@@ -1,6 +1,6 @@
 """mpirun's --tag-output tags chunks, not lines: our split must give each rank its whole lines."""
 
-from airflow_provider_hvd.runner.mpi_launch import TaggedLines
+from airflow_provider_hvd.runner.task.mpi_output import TaggedLines
 
 
 def test_a_line_split_across_chunks_of_two_ranks_comes_back_whole():

@@ -6,7 +6,7 @@ import threading
 
 import pytest
 
-from airflow_provider_hvd.runner import payload
+from airflow_provider_hvd.runner.wire import payload
 from airflow_provider_hvd.runner.errors import PayloadError, SerializationError
 
 

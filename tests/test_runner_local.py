@@ -104,7 +104,7 @@ def test_start_timeout_names_the_rank_that_never_started(tmp_path, launcher, no_
     if launcher == "mpi":
         # mpirun's launcher said which of its processes were waiting, and on what (not logged).
         snapshot = next(line for line in str(info.value).splitlines() if "mpirun's processes here" in line)
-        assert "rank_main" in snapshot and "sleeping" in snapshot and "wchan=" in snapshot, snapshot
+        assert "rank.main" in snapshot and "sleeping" in snapshot and "wchan=" in snapshot, snapshot
     assert time.monotonic() - t0 < 15
     record.observe(str(info.value).split(" Their launchers")[0], time.monotonic() - t0)
 

@@ -14,7 +14,7 @@ from test_airflow_layer import assert_digits_dag_trains
 
 from airflow_provider_hvd import HorovodRunner
 from airflow_provider_hvd.runner.errors import RankFailedError
-from airflow_provider_hvd.runner.stall import TENSORFLOW_NOT_WATCHED
+from airflow_provider_hvd.runner.rank.stall import TENSORFLOW_NOT_WATCHED
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "scripts"))
 from check_env import horovod_build  # noqa: E402

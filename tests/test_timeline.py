@@ -10,7 +10,7 @@ import rank_functions as rf
 
 from airflow_provider_hvd import HorovodRunner
 from airflow_provider_hvd.runner.errors import RankFailedError
-from airflow_provider_hvd.runner.timeline import chrome_trace_snapshot
+from airflow_provider_hvd.runner.driver.timeline_publisher import chrome_trace_snapshot
 
 
 def load_trace(url):

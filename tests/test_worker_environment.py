@@ -20,8 +20,8 @@ import cloudpickle
 import pytest
 from conftest import assert_no_run_processes, user_env
 
-from airflow_provider_hvd.runner import dependencies
-from airflow_provider_hvd.runner.spark_launch import worker_python
+from airflow_provider_hvd.runner.driver import dependencies
+from airflow_provider_hvd.runner.driver.cluster import worker_python
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -35,18 +35,21 @@ def test_local_master_runs_the_drivers_python_with_nothing_configured(spark_loca
 
 
 def test_the_barrier_task_itself_needs_no_package_on_the_worker():
-    """What pyspark ships for the stage references neither this package nor its modules by name."""
+    """What pyspark ships for the stage (the entry point and the task spec, with the rank environment
+    the runner adds) references neither this package nor its modules by name."""
     from pyspark import cloudpickle as spark_cloudpickle
 
-    from airflow_provider_hvd.runner import worker_check
+    from airflow_provider_hvd.runner.driver.barrier_job import stage_function
+    from airflow_provider_hvd.runner.wire.messages import LaunchEnv, TaskSpec
 
-    worker_check.ship_by_value()
-    blob = spark_cloudpickle.dumps(worker_check.checked_barrier_task)
+    spec = TaskSpec(driver_host="127.0.0.1", driver_port=1, secret_hex="00", forward_output=True,
+                    env={LaunchEnv.STALL_TIMEOUT: "600", "USER_VAR": "1"}, launcher="mpi", mpi_args=("-v",))
+    blob = spark_cloudpickle.dumps(stage_function(spec, ["horovod"]))
     assert not {m for m in dependencies.pickled_modules(blob) if m.startswith("airflow_provider_hvd")}
     empty = textwrap.dedent("""
         import pickle, sys
         fn = pickle.loads(sys.stdin.buffer.read())
-        print(fn.__name__)
+        print(fn.func.__name__, sorted(fn.args[0]["env"]))
     """)
     # Unpickles in a Python that has only the standard library and what Spark itself puts on a
     # worker's path (pyspark.zip, py4j).
@@ -57,7 +60,7 @@ def test_the_barrier_task_itself_needs_no_package_on_the_worker():
     out = subprocess.run([sys._base_executable, "-s", "-c", empty], input=blob, capture_output=True, timeout=60,
                          env=user_env(PYTHONPATH=spark_path))
     assert out.returncode == 0, out.stderr.decode()[-2000:]
-    assert out.stdout.decode().strip() == "checked_barrier_task"
+    assert out.stdout.decode().strip() == "checked_barrier_task ['HVD_RUNNER_STALL_TIMEOUT_S', 'USER_VAR']"
 
 
 def test_required_modules_come_from_the_pickle_and_the_functions_imports():

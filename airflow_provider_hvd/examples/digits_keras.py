@@ -7,7 +7,7 @@ broadcast the initial variables from rank 0; average metrics across ranks;
 checkpoint on rank 0 only.
 
 Keras here is ``tf.keras`` with tf-keras (Keras 2), which every rank gets through
-TF_USE_LEGACY_KERAS=1 (runner/keras_guard.py): horovod's DistributedOptimizer does
+TF_USE_LEGACY_KERAS=1 (runner/rank/keras_guard.py): horovod's DistributedOptimizer does
 not average gradients under Keras 3. Needs the TensorFlow flavour of the set-up
 (``HVD_FLAVOUR=tensorflow scripts/setup.sh``).
 """

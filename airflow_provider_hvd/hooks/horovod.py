@@ -85,6 +85,12 @@ class HorovodSparkSubmitHook(SparkSubmitHook):
     The apache-spark provider silently submits to YARN when the Spark connection
     does not exist; a laptop or CI has no YARN, and the embedded default of this
     provider is Spark ``local[*]``. The master actually used is in ``master``.
+
+    Private API, this class only: the hook resolves its connection once, in ``__init__``,
+    through ``_resolve_connection()`` into ``_connection`` (a dict with ``master`` and
+    ``deploy_mode``), and has no public way to change or read the master. Overriding that
+    method is the one place the fallback can be set before the hook builds spark-submit's
+    command. tests/test_private_apis.py fails, naming both, if a provider release changes them.
     """
 
     def _resolve_connection(self) -> dict[str, Any]:

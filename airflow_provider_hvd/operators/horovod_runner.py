@@ -14,7 +14,7 @@ from airflow.sdk import BaseOperator, Context, ObjectStoragePath
 from airflow.sdk.exceptions import AirflowException
 
 from airflow_provider_hvd.hooks.horovod import HorovodHook, HorovodSparkSubmitHook
-from airflow_provider_hvd.runner import payload, spark_app
+from airflow_provider_hvd.runner import defaults, spark_app
 from airflow_provider_hvd.runner.checkpoint import (
     CHECKPOINT_DIR_ENV,
     RESUME_FROM_ENV,
@@ -22,6 +22,7 @@ from airflow_provider_hvd.runner.checkpoint import (
     latest_checkpoint,
 )
 from airflow_provider_hvd.runner.errors import PayloadError
+from airflow_provider_hvd.runner.wire import payload
 
 
 def plain_url(path: ObjectStoragePath) -> str:
@@ -74,15 +75,13 @@ class HorovodRunnerOperator(BaseOperator):
                  checkpoint_path: str | None = None, resume_from_checkpoint: bool | str = False,
                  env: dict[str, str] | None = None, conf: dict[str, Any] | None = None,
                  driver_log_verbosity: str | None = None, launcher: str | None = None,
-                 start_timeout: float = 120.0, timeline_interval: float = 5.0, **kwargs: Any) -> None:
+                 start_timeout: float = defaults.START_TIMEOUT_S,
+                 timeline_interval: float = defaults.TIMELINE_INTERVAL_S, **kwargs: Any) -> None:
         super().__init__(**kwargs)
         if not callable(python_callable):
             raise TypeError(f"python_callable must be a function, got {type(python_callable).__name__}")
-        if isinstance(np, bool) or not isinstance(np, int) or np == 0:
-            raise ValueError(f"np={np!r}: pass N > 0 for N ranks in a Spark barrier stage, or -N for N "
-                             "subprocesses of the Spark driver")
         self.python_callable = python_callable
-        self.np = np
+        self.np = defaults.check_np(np)
         self.op_kwargs = op_kwargs or {}
         self.spark_conn_id = spark_conn_id
         self.horovod_conn_id = horovod_conn_id
@@ -129,8 +128,9 @@ class HorovodRunnerOperator(BaseOperator):
             rank_env[RESUME_FROM_ENV] = resume
             self.log.info("Resuming from checkpoint %s (step %d)", resume, checkpoint_step(resume))
         args = ["--payload", plain_url(payload_path), "--result", plain_url(result_path), "--np", str(self.np),
-                "--verbosity", self.driver_log_verbosity or self.hook.setting("driver_log_verbosity", "all"),
-                "--launcher", self.launcher or self.hook.setting("launcher", "auto"),
+                "--verbosity", self.driver_log_verbosity or self.hook.setting("driver_log_verbosity",
+                                                                              defaults.DRIVER_LOG_VERBOSITY),
+                "--launcher", self.launcher or self.hook.setting("launcher", defaults.LAUNCHER),
                 "--start-timeout", str(self.start_timeout), "--timeline-interval", str(self.timeline_interval)]
         if self.timeline:
             timeline_path = prefix / "timeline.json" if self.timeline is True else ObjectStoragePath(self.timeline)

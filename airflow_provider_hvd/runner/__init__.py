@@ -1,31 +1,60 @@
 """The runner core: launch, rendezvous, payload, logs. Knows nothing of Airflow.
 
-Module map (one job each):
-  horovod_runner  the public ``HorovodRunner`` class: validate, choose a launch, wait
-  payload         HMAC-signed cloudpickle envelopes for the call and its result
-  channel         authenticated, framed TCP between the driver and ranks/tasks
-  driver_service  the driver's end: serves the payload, collects logs, results, failures
-  monitor         turns driver-service events into progress, a result or an error
-  roster          barrier tasks learn every task's host from the driver (one round trip)
-  rendezvous      gloo's key-value rendezvous: store on the driver, authenticated loopback proxy per rank
-  stall           each rank reports collectives pending past stall_timeout
-  topology        rank/local_rank/cross_rank assignment, host by host
-  network         which address and interface ranks use to reach each other
-  rank_process    starts one rank as a fresh Python process and reports how it ended
-  rank_main       what runs inside that process: verify, unpickle, call, send result
-  rank_context    ``log_to_driver`` and what a rank knows about itself
-  lifetime        processes die with their parent (PR_SET_PDEATHSIG)
-  local_launch    np < 0: ranks as subprocesses of the driver
-  spark_launch    np > 0: one Spark barrier stage, one rank per task, under the workers' Python
-  worker_check    each barrier task first checks its Python can run a rank (shipped by value)
-  dependencies    the top-level modules a call needs on the workers
-  mpi_launch      launcher="mpi": mpirun from the barrier stage, rsh agent through the tasks
-  mpi_rsh         the rsh agent mpirun calls to start orted on a host
-  driver_link     a launcher's channel to the driver: reports, "stop", timeline chunks
-  gpus            Spark-assigned GPUs -> CUDA_VISIBLE_DEVICES
-  timeline        Horovod Timeline shipped from rank 0 and published as valid Chrome trace
-  spark_app       the Spark application the Airflow operator submits
-  storage         atomic writes to a path or fsspec URL
-  errors          the exceptions a user can catch
-  checkpoint      rank-0-only, atomic checkpoints on a path or fsspec URL
+A run spans three kinds of process, and the folders say which module runs where:
+
+  horovod_runner   HorovodRunner: the public entry point, in the driver
+  spark_app        the Spark application HorovodRunnerOperator submits (a driver process)
+  checkpoint       save/latest/load checkpoints: rank 0 writes, anyone reads
+  errors           the exceptions a user can catch
+  defaults         every default of a run, and the np check, once
+
+  driver/          the Spark driver (a notebook, a script, or spark_app)
+    service          the driver's end of every channel: payload, roster, logs, results, failures
+    monitor          turns the service's events into progress, rank 0's result or an error
+    roster           barrier tasks learn every task's host from the driver (one round trip)
+    kv_store         gloo's rendezvous store, reached through the run's channel only
+    barrier_job      np > 0: the Spark barrier stage, in a thread and job group of its own
+    cluster          the cluster's kind, free slots and worker Python, checked in seconds
+    pyspark_internals  the private pyspark APIs used, each with why
+    launcher_choice  mpi or gloo
+    local_launch     np < 0: the task layer's launchers, run by the driver itself
+    dependencies     the top-level modules a call needs on the workers
+    worker_diagnosis a worker whose Python cannot run ranks, in words
+    timeline_publisher  rank 0's timeline delivered as valid Chrome trace
+
+  task/            a barrier task on an executor (and, for np < 0, the driver's launcher threads)
+    entry            the stage's entry point, shipped by value: checks the worker's Python first
+    barrier_task     joins the roster; starts its rank (gloo) or serves mpirun (mpi)
+    roster_member    the task's side of the roster
+    rank_process     starts one rank, streams its output, reports its end (gloo, and local mode)
+    rendezvous_proxy gloo's rendezvous on loopback, forwarded over the launcher's channel
+    mpi_run          launcher="mpi": mpirun for every rank
+    mpi_output       mpirun's tagged output -> per-rank lines; who ended the job, how
+    rsh_service      starts orted on this host for mpirun's agent (holders of the secret only)
+    rsh_agent        the agent mpirun runs instead of ssh (a process of its own)
+    driver_link      a launcher's channel to the driver: reports up, STOP down, timeline chunks
+    timeline_tail    reads rank 0's timeline as it grows
+    network          which interface ranks use
+    gpus             Spark-assigned GPUs -> CUDA_VISIBLE_DEVICES
+
+  rank/            each rank process (a fresh interpreter)
+    main             verify, unpickle, call, send the result
+    context          log_to_driver, current_rank
+    stall            reports collectives pending past stall_timeout
+    keras_guard      keeps Keras 3 away from horovod's optimizer
+
+  wire/            what the processes say to each other
+    channel          authenticated, framed TCP
+    messages         every role, op, stream, event, the task spec, the launch environment
+    payload          HMAC-signed cloudpickle envelopes for the call and its result
+
+  common/          plain helpers every process may use
+    lifetime         processes die with their parent (PR_SET_PDEATHSIG)
+    processes        kill a process tree; describe one that hangs
+    storage          atomic writes to a path or fsspec URL
+    topology         rank/local_rank/cross_rank assignment, host by host
+
+Imports go down only: the entry points above may use driver/, which may use task/, which
+may use nothing but wire/ and common/; rank/ too uses only wire/ and common/.
+tests/test_layout.py keeps it so.
 """

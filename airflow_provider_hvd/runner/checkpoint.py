@@ -15,8 +15,8 @@ import os
 import re
 from typing import Any
 
-from airflow_provider_hvd.runner.rank_context import current_rank
-from airflow_provider_hvd.runner.storage import atomic_write, fs_and_path
+from airflow_provider_hvd.runner.common.storage import atomic_write, fs_and_path
+from airflow_provider_hvd.runner.rank.context import current_rank
 
 _NAME = re.compile(r"^ckpt-(\d{10})\.pt$")
 

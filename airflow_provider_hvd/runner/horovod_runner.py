@@ -10,18 +10,17 @@ from typing import Any, Callable, Iterator
 
 import cloudpickle
 
-from airflow_provider_hvd.runner import payload, worker_check
-from airflow_provider_hvd.runner.dependencies import required_modules
-from airflow_provider_hvd.runner.driver_service import DriverService, LogSink, print_log_sink
+from airflow_provider_hvd.runner import defaults
+from airflow_provider_hvd.runner.driver.dependencies import required_modules
+from airflow_provider_hvd.runner.driver.launcher_choice import resolve_launcher
+from airflow_provider_hvd.runner.driver.monitor import RunMonitor
+from airflow_provider_hvd.runner.driver.service import DriverService, LogSink, print_log_sink
+from airflow_provider_hvd.runner.driver.timeline_publisher import TimelinePublisher
 from airflow_provider_hvd.runner.errors import HorovodRunError
-from airflow_provider_hvd.runner.monitor import RunMonitor
-from airflow_provider_hvd.runner.stall import STALL_TIMEOUT_ENV
-from airflow_provider_hvd.runner.timeline import DEFAULT_INTERVAL_S, TimelinePublisher
+from airflow_provider_hvd.runner.wire import payload
+from airflow_provider_hvd.runner.wire.messages import LaunchEnv, TaskSpec
 
 log = logging.getLogger("airflow_provider_hvd.runner")
-
-VERBOSITIES = ("all", "log_callback_only")
-LAUNCHERS = ("auto", "gloo", "mpi")
 
 
 class HorovodRunner:
@@ -63,21 +62,17 @@ class HorovodRunner:
         training runs, and the whole timeline at the end, also when training fails.
     """
 
-    def __init__(self, *, np: int, driver_log_verbosity: str = "all", launcher: str = "auto",
-                 env: dict[str, str] | None = None, start_timeout: float = 120.0, spark=None,
-                 slot_wait_timeout: float = 30.0, log_sink: LogSink | None = None,
-                 timeline: str | os.PathLike | None = None, timeline_interval: float = DEFAULT_INTERVAL_S,
-                 mpi_args: list[str] | tuple[str, ...] = (), stall_timeout: float | None = 600.0,
-                 timeout: float | None = None):
-        if isinstance(np, bool) or not isinstance(np, int):
-            raise TypeError(f"HorovodRunner(np=...) takes an int, got {type(np).__name__} {np!r}")
-        if np == 0:
-            raise ValueError("HorovodRunner(np=0) runs nothing: pass np=N (N > 0) for N ranks in a Spark "
-                             "barrier stage, or np=-N for N ranks as subprocesses of the driver (debugging).")
-        if driver_log_verbosity not in VERBOSITIES:
-            raise ValueError(f"driver_log_verbosity={driver_log_verbosity!r}: use one of {', '.join(VERBOSITIES)}")
-        if launcher not in LAUNCHERS:
-            raise ValueError(f"launcher={launcher!r} is not known: use one of {', '.join(LAUNCHERS)}")
+    def __init__(self, *, np: int, driver_log_verbosity: str = defaults.DRIVER_LOG_VERBOSITY,
+                 launcher: str = defaults.LAUNCHER, env: dict[str, str] | None = None,
+                 start_timeout: float = defaults.START_TIMEOUT_S, spark=None,
+                 slot_wait_timeout: float = defaults.SLOT_WAIT_TIMEOUT_S, log_sink: LogSink | None = None,
+                 timeline: str | os.PathLike | None = None, timeline_interval: float = defaults.TIMELINE_INTERVAL_S,
+                 mpi_args: list[str] | tuple[str, ...] = (), stall_timeout: float | None = defaults.STALL_TIMEOUT_S,
+                 timeout: float | None = defaults.TIMEOUT_S):
+        np = defaults.check_np(np)
+        if driver_log_verbosity not in defaults.VERBOSITIES:
+            raise ValueError(f"driver_log_verbosity={driver_log_verbosity!r}: use one of "
+                             f"{', '.join(defaults.VERBOSITIES)}")
         env = dict(env or {})
         bad = {k: v for k, v in env.items() if not isinstance(k, str) or not isinstance(v, str)}
         if bad:
@@ -93,7 +88,7 @@ class HorovodRunner:
         self.timeout = None if timeout is None else float(timeout)
         self.np = np
         self.driver_log_verbosity = driver_log_verbosity
-        self.launcher = self._resolve_launcher(launcher)
+        self.launcher = resolve_launcher(launcher)
         if isinstance(mpi_args, str):
             raise TypeError(f"mpi_args must be a list of arguments, got the string {mpi_args!r}")
         self.mpi_args = tuple(str(a) for a in mpi_args)
@@ -107,20 +102,6 @@ class HorovodRunner:
         if not timeline_interval > 0:
             raise ValueError(f"timeline_interval must be > 0 seconds, got {timeline_interval!r}")
         self.timeline_interval = float(timeline_interval)
-
-    @staticmethod
-    def _resolve_launcher(launcher: str) -> str:
-        from airflow_provider_hvd.runner.mpi_launch import mpi_available
-
-        if launcher == "gloo":
-            return "gloo"
-        usable, why_not = mpi_available()
-        if launcher == "mpi" and not usable:
-            raise ValueError(f"launcher='mpi' is not available: {why_not}. Use launcher='gloo'.")
-        chosen = "mpi" if usable else "gloo"
-        if launcher == "auto":
-            log.info("HorovodRunner: launcher auto -> %s%s", chosen, f" ({why_not})" if why_not else "")
-        return chosen
 
     def run(self, main: Callable[..., Any], **kwargs: Any) -> Any:
         """Call ``main(**kwargs)`` on every rank; return rank 0's return value.
@@ -172,7 +153,7 @@ class HorovodRunner:
         service.close()
 
     def _run_local(self, n: int, secret: bytes, sealed_call: bytes, name: str) -> bytes | None:
-        from airflow_provider_hvd.runner.local_launch import LOCAL_HOST, LocalMpiRun, LocalRanks
+        from airflow_provider_hvd.runner.driver.local_launch import LOCAL_HOST, LocalMpiRun, LocalRanks
 
         log.info("HorovodRunner: running %s as %d local ranks on the driver (%s)", name, n, self.launcher)
         timeline_interval = self.timeline_interval if self.timeline else None
@@ -196,8 +177,9 @@ class HorovodRunner:
 
     def _run_barrier(self, np: int, secret: bytes, sealed_call: bytes, name: str,
                      required: list[str]) -> bytes | None:
-        from airflow_provider_hvd.runner.spark_launch import (BarrierJob, TaskSpec, check_cluster, describe_master,
-                                                              worker_python)
+        from airflow_provider_hvd.runner.driver.barrier_job import BarrierJob
+        from airflow_provider_hvd.runner.driver.cluster import check_cluster, describe_master, worker_python
+        from airflow_provider_hvd.runner.driver.worker_diagnosis import diagnose
 
         sc = self._spark_context()
         check_cluster(sc, np, self.slot_wait_timeout)
@@ -217,7 +199,7 @@ class HorovodRunner:
                 result = RunMonitor(np, service.events, start_timeout=self.start_timeout,
                                     where=f"Spark master {describe_master(sc)}", stall_timeout=self.stall_timeout,
                                     timeout=self.timeout, ranks_of_task=service.ranks_of_task,
-                                    explain_job_error=lambda e: worker_check.diagnose(
+                                    explain_job_error=lambda e: diagnose(
                                         e, python, f"Spark master {describe_master(sc)}")).wait(job.error)
                 # Every rank is done: release the tasks still serving (mpi's rsh agents) and give
                 # the stage a moment to end by itself.
@@ -237,7 +219,7 @@ class HorovodRunner:
         """The user's env for every rank, plus what the runner's own rank-side code reads."""
         env = dict(self.env)
         if self.stall_timeout is not None:
-            env[STALL_TIMEOUT_ENV] = str(self.stall_timeout)
+            env[LaunchEnv.STALL_TIMEOUT] = str(self.stall_timeout)
         return env
 
     def _spark_context(self):

@@ -21,6 +21,8 @@ import signal
 import sys
 import traceback
 
+from airflow_provider_hvd.runner import defaults
+
 SIGNING_KEY_ENV = "HVD_SIGNING_KEY"
 RANK_ENV_ENV = "HVD_RANK_ENV_JSON"
 
@@ -28,7 +30,7 @@ RANK_ENV_ENV = "HVD_RANK_ENV_JSON"
 def _die_with_parent() -> None:
     # spark-submit's JVM is our parent; when Airflow's on_kill kills it, we go too,
     # and closing our driver service then stops every rank.
-    from airflow_provider_hvd.runner.lifetime import die_with_parent
+    from airflow_provider_hvd.runner.common.lifetime import die_with_parent
 
     die_with_parent(signal.SIGTERM)
 
@@ -39,10 +41,10 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("--result", required=True)
     parser.add_argument("--np", type=int, required=True)
     parser.add_argument("--timeline")
-    parser.add_argument("--timeline-interval", type=float, default=5.0)
-    parser.add_argument("--verbosity", default="all")
-    parser.add_argument("--launcher", default="auto")
-    parser.add_argument("--start-timeout", type=float, default=120.0)
+    parser.add_argument("--timeline-interval", type=float, default=defaults.TIMELINE_INTERVAL_S)
+    parser.add_argument("--verbosity", default=defaults.DRIVER_LOG_VERBOSITY)
+    parser.add_argument("--launcher", default=defaults.LAUNCHER)
+    parser.add_argument("--start-timeout", type=float, default=defaults.START_TIMEOUT_S)
     return parser.parse_args(argv)
 
 
@@ -53,9 +55,9 @@ def main(argv: list[str] | None = None) -> int:
                         stream=sys.stdout)
     import cloudpickle
 
-    from airflow_provider_hvd.runner import payload
+    from airflow_provider_hvd.runner.common.storage import atomic_write, fs_and_path
     from airflow_provider_hvd.runner.horovod_runner import HorovodRunner
-    from airflow_provider_hvd.runner.storage import atomic_write, fs_and_path
+    from airflow_provider_hvd.runner.wire import payload
 
     error_url = args.result + ".error.json"
     spark = None

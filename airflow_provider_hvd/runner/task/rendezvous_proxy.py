@@ -1,11 +1,11 @@
-"""Gloo's rendezvous, authenticated: the key-value store on the driver, a loopback proxy beside each rank.
+"""Gloo's rendezvous, authenticated: a loopback proxy beside each rank, the store on the driver.
 
 Horovod's gloo ranks find each other through an HTTP key-value store (GET, PUT,
 DELETE on ``/scope/key``), and its C++ client sends no credential. Served as
 horovod serves it (an HTTP server on the driver, open to the network), anyone
 who can reach the port could read the ranks' addresses or plant a fake one.
 
-So the store lives inside the driver service (``KeyValueStore``), reached only
+So the store lives inside the driver service (driver/kv_store.py), reached only
 over the run's authenticated channel, and each gloo rank talks HTTP to a
 ``RendezvousProxy`` that its launcher runs on 127.0.0.1. The proxy forwards
 requests over the launcher's own channel and refuses any TCP peer that is not
@@ -23,57 +23,12 @@ import socket
 import threading
 from typing import Any
 
-from airflow_provider_hvd.runner import channel as channel_mod
+from airflow_provider_hvd.runner.wire import channel as channel_mod
+from airflow_provider_hvd.runner.wire.messages import Op, Role
 
 log = logging.getLogger(__name__)
 
 LOOPBACK = "127.0.0.1"
-
-
-class KeyValueStore:
-    """Horovod's rendezvous semantics (horovod.runner.http.http_server.RendezvousHandler, ad-hoc scopes)."""
-
-    def __init__(self) -> None:
-        self._lock = threading.Lock()
-        self._scopes: dict[str, dict[str, bytes]] = {}
-
-    def get(self, scope: str, key: str) -> bytes | None:
-        with self._lock:
-            return self._scopes.get(scope, {}).get(key)
-
-    def put(self, scope: str, key: str, value: bytes) -> None:
-        with self._lock:
-            self._scopes.setdefault(scope, {})[key] = bytes(value)
-
-    def delete(self, scope: str, key: str) -> None:
-        with self._lock:
-            values = self._scopes.get(scope)
-            if values is not None:
-                values.pop(key, None)
-                if not values:
-                    del self._scopes[scope]
-
-    def serve(self, channel: channel_mod.Channel) -> None:
-        """Answer one proxy's requests until it leaves (runs in the driver service's connection thread)."""
-        while True:
-            request = channel.recv_json()
-            op, scope, key = request.get("op"), str(request.get("scope")), str(request.get("key"))
-            if op == "get":
-                value = self.get(scope, key)
-                if value is None:
-                    channel.send_json({"status": 404})
-                else:
-                    channel.send_json_with_bytes({"status": 200}, value)
-            elif op == "put":
-                self.put(scope, key, channel.recv_bytes())
-                channel.send_json({"status": 200})
-            elif op == "delete":
-                self.delete(scope, key)
-                channel.send_json({"status": 200})
-            elif op == "bye":
-                return
-            else:
-                channel.send_json({"status": 400})
 
 
 def tcp_peer_uid(peer: tuple[str, int], local: tuple[str, int]) -> int | None:
@@ -140,13 +95,13 @@ class _ProxyHandler(http.server.BaseHTTPRequestHandler):
         self._reply(status, value or b"")
 
     def do_GET(self) -> None:  # noqa: N802 (http.server's naming)
-        self._forward("get")
+        self._forward(Op.KV_GET)
 
     def do_PUT(self) -> None:  # noqa: N802
-        self._forward("put", self.rfile.read(int(self.headers.get("Content-Length", 0))))
+        self._forward(Op.KV_PUT, self.rfile.read(int(self.headers.get("Content-Length", 0))))
 
     def do_DELETE(self) -> None:  # noqa: N802
-        self._forward("delete")
+        self._forward(Op.KV_DELETE)
 
     def log_message(self, format: str, *args: Any) -> None:  # noqa: A002
         pass  # one line per request would drown the rank's own output
@@ -156,7 +111,7 @@ class RendezvousProxy:
     """Loopback HTTP endpoint for one gloo rank; requests go to the driver's store over the run's channel."""
 
     def __init__(self, driver: tuple[str, int], secret: bytes, rank: int):
-        self._channel = channel_mod.connect(driver, secret, {"role": "kv", "rank": rank})
+        self._channel = channel_mod.connect(driver, secret, {"role": Role.KV, "rank": rank})
         self._lock = threading.Lock()
         self.refused = 0
         self._server = _ProxyServer(self)
@@ -177,7 +132,7 @@ class RendezvousProxy:
             else:
                 self._channel.send_json_with_bytes(message, body)
             reply = self._channel.recv_json()
-            value = self._channel.recv_bytes() if op == "get" and reply.get("status") == 200 else None
+            value = self._channel.recv_bytes() if op == Op.KV_GET and reply.get("status") == 200 else None
             return int(reply["status"]), value
 
     def close(self) -> None:
@@ -186,7 +141,7 @@ class RendezvousProxy:
         self._thread.join(5)
         with self._lock:
             try:
-                self._channel.send_json({"op": "bye"})
+                self._channel.send_json({"op": Op.BYE})
             except OSError:
                 pass
             self._channel.close()

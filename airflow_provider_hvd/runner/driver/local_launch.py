@@ -1,4 +1,7 @@
-"""np < 0: ``-np`` ranks as subprocesses of the driver, no Spark job (debugging, as in HorovodRunner)."""
+"""np < 0: ``-np`` ranks as subprocesses of the driver, no Spark job (debugging, as in HorovodRunner).
+
+The driver plays the barrier task's part here: it runs the task layer's launchers
+(RankProcess per rank, or one MpiRun) in its own threads, for host ``localhost``."""
 
 from __future__ import annotations
 
@@ -6,9 +9,11 @@ import json
 import os
 import threading
 
-from airflow_provider_hvd.runner.gpus import driver_gpus, local_rank_gpu
-from airflow_provider_hvd.runner.rank_process import RankProcess
-from airflow_provider_hvd.runner.topology import assign_slots, gloo_env
+from airflow_provider_hvd.runner.common.topology import assign_slots, gloo_env
+from airflow_provider_hvd.runner.task.gpus import driver_gpus, local_rank_gpu
+from airflow_provider_hvd.runner.task.mpi_run import MpiRun
+from airflow_provider_hvd.runner.task.rank_process import RankProcess
+from airflow_provider_hvd.runner.wire.messages import LaunchEnv
 
 LOCAL_HOST = "127.0.0.1"
 
@@ -50,11 +55,9 @@ class LocalMpiRun:
 
     def __init__(self, n: int, *, secret: bytes, driver_port: int, env: dict[str, str], forward_output: bool,
                  timeline_interval: float | None, mpi_args: tuple[str, ...]):
-        from airflow_provider_hvd.runner.mpi_launch import GPUS_BY_RANK_ENV, MpiRun
-
         gpus = driver_gpus()
         if gpus:  # one host: local rank == rank
-            env = {**env, GPUS_BY_RANK_ENV: json.dumps([local_rank_gpu(gpus, r) for r in range(n)])}
+            env = {**env, LaunchEnv.GPUS_BY_RANK: json.dumps([local_rank_gpu(gpus, r) for r in range(n)])}
         self._run = MpiRun(hosts=[("localhost", n)], rsh={}, iface="lo", env=dict(os.environ), rank_env=env,
                            driver=(LOCAL_HOST, driver_port), secret=secret, forward_output=forward_output,
                            timeline_interval=timeline_interval, extra_args=list(mpi_args))
@@ -66,8 +69,6 @@ class LocalMpiRun:
         self._waiter.start()
 
     def stop(self) -> None:
-        if self._run.proc is not None:
-            from airflow_provider_hvd.runner.mpi_launch import stop_mpirun
-            stop_mpirun(self._run.proc)
+        self._run.stop()
         if self._waiter is not None:
             self._waiter.join(10)

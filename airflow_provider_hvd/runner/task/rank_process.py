@@ -6,7 +6,7 @@ driver: it forwards the rank's stdout/stderr line by line (``driver_log_verbosit
 keeps the last lines for error messages, and reports the exit code or signal.
 When the driver closes that channel (the run ended or failed), the launcher kills
 the rank's whole process group, so no rank outlives its run. It also serves the
-rank's gloo rendezvous on loopback and forwards it to the driver (rendezvous.py).
+rank's gloo rendezvous on loopback and forwards it to the driver (rendezvous_proxy.py).
 """
 
 from __future__ import annotations
@@ -22,8 +22,10 @@ import tempfile
 import threading
 from typing import Any
 
-from airflow_provider_hvd.runner.driver_link import DriverLink
-from airflow_provider_hvd.runner.rendezvous import RendezvousProxy
+from airflow_provider_hvd.runner.common.processes import kill_group
+from airflow_provider_hvd.runner.task.driver_link import DriverLink
+from airflow_provider_hvd.runner.task.rendezvous_proxy import RendezvousProxy
+from airflow_provider_hvd.runner.wire.messages import RANK_MAIN_MODULE, Op, Role, Stream
 
 TAIL_LINES = 30
 
@@ -56,7 +58,7 @@ class RankProcess:
     def start(self) -> None:
         """Connect to the driver, then spawn the rank. Call from a thread that outlives the rank
         (the rank dies with the thread that started it, through PR_SET_PDEATHSIG)."""
-        self._link = DriverLink(self._driver, self._secret, {"role": "launcher", "rank": self.rank,
+        self._link = DriverLink(self._driver, self._secret, {"role": Role.LAUNCHER, "rank": self.rank,
                                                              "host": self.host, "pid": os.getpid()})
         self._rendezvous = RendezvousProxy(self._driver, self._secret, self.rank)
         self._env.update(self._rendezvous.env())
@@ -64,14 +66,14 @@ class RankProcess:
             self._timeline_dir = tempfile.mkdtemp(prefix="hvd-timeline-")
             self._env["HOROVOD_TIMELINE"] = os.path.join(self._timeline_dir, "timeline.json")
         self.proc = subprocess.Popen(
-            [sys.executable, "-u", "-m", "airflow_provider_hvd.runner.rank_main"],
+            [sys.executable, "-u", "-m", RANK_MAIN_MODULE],
             stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
             env=self._env, start_new_session=True)
         boot = {"driver": list(self._driver), "secret": self._secret.hex(), "rank": self.rank,
                 "host": self.host, "parent_pid": os.getpid()}
         self.proc.stdin.write((json.dumps(boot) + "\n").encode())
         self.proc.stdin.close()
-        for stream, name in ((self.proc.stdout, "stdout"), (self.proc.stderr, "stderr")):
+        for stream, name in ((self.proc.stdout, Stream.STDOUT), (self.proc.stderr, Stream.STDERR)):
             t = threading.Thread(target=self._pump, args=(stream, name), daemon=True,
                                  name=f"hvd-rank{self.rank}-{name}")
             t.start()
@@ -80,12 +82,12 @@ class RankProcess:
         if self._timeline_dir:
             self._link.ship_timeline(self._env["HOROVOD_TIMELINE"], self._timeline_interval)
 
-    def _pump(self, stream, name: str) -> None:
+    def _pump(self, stream, name: Stream) -> None:
         for raw in iter(stream.readline, b""):
             line = raw.decode("utf-8", "replace").rstrip("\n")
             self.tail.append(f"<{name}> {line}")
             if self._forward:
-                self._link.send({"op": "log", "stream": name, "line": line})
+                self._link.send({"op": Op.LOG, "stream": name, "line": line})
         stream.close()
 
     def _stop_by_driver(self) -> None:
@@ -95,12 +97,8 @@ class RankProcess:
 
     def kill(self) -> None:
         """SIGKILL the rank and everything it started (its own process group)."""
-        if self.proc is None:
-            return
-        try:
-            os.killpg(self.proc.pid, signal.SIGKILL)
-        except (ProcessLookupError, PermissionError):
-            pass
+        if self.proc is not None:
+            kill_group(self.proc)
 
     def wait(self) -> int:
         """Wait for the rank, report its end to the driver, return its exit code (negative: signal)."""
@@ -109,7 +107,7 @@ class RankProcess:
         self._rendezvous.close()
         for t in self._threads:
             t.join(5)
-        report: dict[str, Any] = {"op": "exited", "returncode": rc, "host": self.host,
+        report: dict[str, Any] = {"op": Op.EXITED, "returncode": rc, "host": self.host,
                                   "pid": self.proc.pid, "tail": list(self.tail),
                                   "stopped_by_driver": self._stopped_by_driver.is_set()}
         if rc < 0:

@@ -1,15 +1,10 @@
-"""Can this Spark worker's Python run the ranks? Every barrier task asks before anything else.
+"""A failed barrier stage that stands for a worker whose Python cannot run ranks, in words.
 
-The barrier task's body lives in this package, so a worker whose Python lacks the package
-(Spark starts plain ``python3`` unless told otherwise) could not even unpickle it, and
-Spark would only say "barrier task ResultTask(0, 0) finished unsuccessfully". So the
-stage's entry point is ``checked_barrier_task``, shipped *by value* (pyspark's cloudpickle
-is told so below; it uses the standard library only): it imports the runner, looks up
-horovod and every module the call needs (``importlib.util.find_spec``: no import, a few
-milliseconds), and when something is missing raises one line the driver recognises
-(``REPORT_MARKER`` + JSON). What fails before any of our code runs (the Python executable
-does not exist, a Python PySpark refuses) comes back as Spark's own text. ``diagnose`` turns
-both into a WorkerEnvironmentError that names the host, the worker's Python and the fix.
+Every barrier task first checks its worker's Python (task/entry.py) and, on a miss, raises
+one marker line with a JSON report; what fails before any of our code runs (no such
+executable, a Python PySpark refuses, a version mismatch) comes back as Spark's own text.
+``diagnose`` reads either out of Spark's job error and returns the WorkerEnvironmentError
+that names the host, the worker's Python, the module and the fix.
 """
 
 from __future__ import annotations
@@ -19,60 +14,10 @@ import re
 import sys
 
 from airflow_provider_hvd.runner.errors import WorkerEnvironmentError
-
-REPORT_MARKER = "HVD-WORKER-ENVIRONMENT:"
-MIN_PYTHON = (3, 11)
+from airflow_provider_hvd.runner.wire.messages import WORKER_REPORT_MARKER
 
 
-def checked_barrier_task(spec_fields: dict, required: list, rows):
-    """Body of each barrier task: check the worker's Python, then run spark_launch's task.
-    Runs in the executor's Python worker; only the standard library until the check passes."""
-    import importlib.util
-    import json as json_
-    import os
-    import socket
-    import sys as sys_
-
-    def refuse(problem: str, module: str | None, detail: str):
-        # spark_launch.executor_host's rule, written out: that module may be what is missing.
-        try:
-            from pyspark import BarrierTaskContext
-
-            ctx = BarrierTaskContext.get()
-            host = os.environ.get("SPARK_LOCAL_IP") or ctx.getTaskInfos()[ctx.partitionId()].address.rsplit(":", 1)[0]
-        except Exception:
-            host = socket.gethostname()
-        report = {"problem": problem, "module": module, "detail": detail, "host": host,
-                  "python": sys_.executable, "version": "%d.%d.%d" % sys_.version_info[:3]}
-        raise RuntimeError(REPORT_MARKER + json_.dumps(report))
-
-    if sys_.version_info[:2] < MIN_PYTHON:
-        refuse("python", None, "airflow-provider-hvd needs Python >= %d.%d" % MIN_PYTHON)
-    try:
-        from airflow_provider_hvd.runner import spark_launch
-    except ImportError as exc:
-        refuse("import", exc.name or "airflow_provider_hvd", f"{type(exc).__name__}: {exc}")
-    for name in required:
-        try:
-            found = importlib.util.find_spec(name) is not None
-        except (ImportError, ValueError):
-            found = False
-        if not found:
-            refuse("import", name, f"No module named {name!r}")
-    yield from spark_launch.run_barrier_task(spark_launch.TaskSpec(**spec_fields), rows)
-
-
-def ship_by_value() -> None:
-    """Make pyspark's own cloudpickle send ``checked_barrier_task`` by value, not as a reference
-    to this module (which is exactly what a worker without the package cannot import)."""
-    from pyspark import cloudpickle as spark_cloudpickle
-
-    spark_cloudpickle.register_pickle_by_value(sys.modules[__name__])
-
-
-# ---- driver side: Spark's job error -> WorkerEnvironmentError -------------------------------
-
-_REPORT = re.compile(re.escape(REPORT_MARKER) + r"(\{.*?\})\s*$", re.M)
+_REPORT = re.compile(re.escape(WORKER_REPORT_MARKER) + r"(\{.*?\})\s*$", re.M)
 _LOST_TASK_HOST = re.compile(r"\(TID \d+\) \(([^\s)]+) executor [^)]+\)")
 _CANNOT_RUN = re.compile(r'Cannot run program "([^"]+)"[^:\n]*: ([^\n]+)')
 _VERSION_MISMATCH = re.compile(r"Python in worker has different version:? \(?([\d., ]+)\)? than that in driver:? "

@@ -1,4 +1,4 @@
-"""The Horovod Timeline, delivered where the user asked, during the run and after it.
+"""The Horovod Timeline, delivered where the user asked, during the run and after it (driver side).
 
 Horovod's rank 0 writes a Chrome-trace JSON array to a local file (``HOROVOD_TIMELINE``),
 rewriting its last byte as each event is appended. The rank's launcher tails that
@@ -16,11 +16,9 @@ import os
 import tempfile
 import threading
 
-from airflow_provider_hvd.runner.storage import atomic_write
+from airflow_provider_hvd.runner.common.storage import atomic_write
 
 log = logging.getLogger("airflow_provider_hvd.runner")
-
-DEFAULT_INTERVAL_S = 5.0
 
 
 def chrome_trace_snapshot(raw: bytes) -> bytes:
@@ -33,30 +31,6 @@ def chrome_trace_snapshot(raw: bytes) -> bytes:
     if text.endswith(b","):
         text = text[:-1]
     return text + b"\n]\n"
-
-
-class TimelineTail:
-    """Reads what Horovod appended to the local timeline since the last call, whole events only."""
-
-    def __init__(self, path: str):
-        self.path = path
-        self._offset = 0
-
-    def read_new(self, final: bool = False) -> bytes:
-        try:
-            with open(self.path, "rb") as f:
-                f.seek(self._offset)
-                data = f.read()
-        except FileNotFoundError:
-            return b""
-        if not final:
-            # Horovod ends the file with "}]" after each event and, for the next one,
-            # seeks back over the "]" to write ",". So only bytes up to the last "},"
-            # are final; the rest (the last event, maybe half-flushed) waits.
-            cut = data.rfind(b"},")
-            data = data[: cut + 2] if cut >= 0 else b""
-        self._offset += len(data)
-        return data
 
 
 class TimelinePublisher:

@@ -1,14 +1,15 @@
 """A launcher's link to the driver: reports go up, the driver's "stop" comes down, and
 rank 0's timeline is shipped in chunks. Shared by the gloo launcher (rank_process)
-and the mpi launcher (mpi_launch)."""
+and the mpi launcher (mpi_run)."""
 
 from __future__ import annotations
 
 import threading
 from typing import Any, Callable
 
-from airflow_provider_hvd.runner import channel as channel_mod
-from airflow_provider_hvd.runner.timeline import TimelineTail
+from airflow_provider_hvd.runner.task.timeline_tail import TimelineTail
+from airflow_provider_hvd.runner.wire import channel as channel_mod
+from airflow_provider_hvd.runner.wire.messages import Op
 
 
 class DriverLink:
@@ -29,13 +30,7 @@ class DriverLink:
         """Call ``callback`` when the driver says "stop" or closes the channel (the run is over)."""
 
         def watch() -> None:
-            try:
-                while True:
-                    kind, message = self.channel.recv()
-                    if kind == "json" and message.get("op") == "stop":
-                        break
-            except Exception:
-                pass
+            self.channel.read_until(Op.STOP)
             callback()
 
         threading.Thread(target=watch, name="hvd-driver-watch", daemon=True).start()
@@ -54,7 +49,7 @@ class DriverLink:
         chunk = self._timeline_tail.read_new(final=final)
         if chunk:
             try:
-                self.channel.send_json_with_bytes({"op": "timeline", "size": len(chunk)}, chunk)
+                self.channel.send_json_with_bytes({"op": Op.TIMELINE, "size": len(chunk)}, chunk)
             except OSError:
                 pass
 
@@ -66,5 +61,5 @@ class DriverLink:
             self._send_timeline(final=True)
         for report in reports:
             self.send(report)
-        self.send({"op": "bye"})
+        self.send({"op": Op.BYE})
         self.channel.close()

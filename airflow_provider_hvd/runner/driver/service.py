@@ -2,13 +2,15 @@
 
 Four kinds of peers connect, each with the run's secret (see channel.py):
   - a barrier *task*, once, to learn where every other task is (roster.py);
-  - a gloo rank's *rendezvous proxy*, run by its launcher (rendezvous.py);
+  - a gloo rank's *rendezvous proxy*, run by its launcher (task/rendezvous_proxy.py), served by
+    the key-value store (kv_store.py);
   - a *launcher* (the barrier task, or a thread of the driver in local mode) that
     started a rank process and reports how it ended, forwarding its output;
   - the *rank* process itself, which fetches the payload, sends
     ``log_to_driver`` messages, its exception if it raises, and (rank 0) its result.
 Everything that matters for the run's outcome becomes an ``Event`` on a queue
-that ``monitor.RunMonitor`` reads; log lines go straight to the log sink.
+that ``monitor.RunMonitor`` reads; log lines go straight to the log sink. The roles,
+ops and event kinds are declared in wire/messages.py.
 """
 
 from __future__ import annotations
@@ -21,20 +23,23 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
-from airflow_provider_hvd.runner.channel import Channel, ChannelClosed, ChannelServer
-from airflow_provider_hvd.runner.rendezvous import KeyValueStore
-from airflow_provider_hvd.runner.roster import Roster
+from airflow_provider_hvd.runner.driver.kv_store import KeyValueStore
+from airflow_provider_hvd.runner.driver.roster import Roster
+from airflow_provider_hvd.runner.wire.channel import Channel, ChannelClosed, ChannelServer
+from airflow_provider_hvd.runner.wire.messages import EventKind, Op, Role, Stream
 
 log = logging.getLogger(__name__)
 
 LogSink = Callable[[int, str, str], None]
 
+# Reports from ranks and launchers that the monitor reads as they are.
+_REPORTED = {Op.EXCEPTION: EventKind.EXCEPTION, Op.EXITED: EventKind.EXITED, Op.STALLED: EventKind.STALLED,
+             Op.RETURNED: EventKind.RETURNED}
+
 
 @dataclass
 class Event:
-    # rank_started | rank_closed | launcher_started | launcher_lost | exception | exited | result
-    # | returned (the training function returned) | stalled (a collective pending past stall_timeout)
-    kind: str
+    kind: EventKind
     rank: int
     data: dict[str, Any] = field(default_factory=dict)
     blob: bytes | None = None
@@ -66,8 +71,8 @@ class DriverService:
         self.events: queue.Queue[Event] = queue.Queue()
         self._closing = threading.Event()
         # Peers that hold processes of the run and must be told to stop: launchers by
-        # ("launcher", rank), barrier tasks still serving something by ("task", partition).
-        self._peers: dict[tuple[str, int], Channel] = {}
+        # (Role.LAUNCHER, rank), barrier tasks still serving something by (Role.TASK, partition).
+        self._peers: dict[tuple[Role, int], Channel] = {}
         self._peers_changed = threading.Condition()
         self._server = ChannelServer(secret, self._handle, host=host)
         self.port = self._server.port
@@ -77,67 +82,74 @@ class DriverService:
         return self._server.refused
 
     def _handle(self, channel: Channel, hello: dict[str, Any]) -> None:
-        role, rank = hello.get("role"), int(hello.get("rank", -1))
-        if role == "task":
+        try:
+            role, rank = Role(hello.get("role")), int(hello.get("rank", -1))
+        except ValueError:
+            log.warning("driver service: unknown peer role %r from %s", hello.get("role"), channel.peer)
+            return
+        if role == Role.TASK:
             self._serve_task(channel, hello)
             return
-        if role == "kv":  # a gloo rank's rendezvous, through its launcher's proxy
+        if role == Role.KV:  # a gloo rank's rendezvous, through its launcher's proxy
             try:
                 self.rendezvous.serve(channel)
             except (ChannelClosed, OSError, ValueError):
                 pass
             return
-        if role == "rank":
-            self.events.put(Event("rank_started", rank, hello))
-        elif role == "launcher":
+        if role == Role.RANK:
+            self.events.put(Event(EventKind.RANK_STARTED, rank, hello))
+        elif role == Role.LAUNCHER:
             # A gloo launcher starts one rank; mpirun's launcher starts them all.
             ranks = [int(r) for r in hello.get("ranks", [rank])]
-            self._hold(("launcher", rank), channel)
+            self._hold((Role.LAUNCHER, rank), channel)
             for r in ranks:
-                self.events.put(Event("launcher_started", r, hello))
+                self.events.put(Event(EventKind.LAUNCHER_STARTED, r, hello))
         else:
-            log.warning("driver service: unknown peer role %r from %s", role, channel.peer)
+            log.warning("driver service: a %s peer cannot talk to the driver, from %s", role, channel.peer)
             return
         said_bye = False
         try:
             while True:
                 message = channel.recv_json()
-                op = message.get("op")
-                if op == "get_payload":
+                op = Op(message.get("op"))
+                if op == Op.GET_PAYLOAD:
                     channel.send_bytes(self._payload)
-                elif op == "log":
-                    stream = message.get("stream", "log")
+                elif op == Op.LOG:
+                    stream = message.get("stream", Stream.LOG)
                     for line in str(message.get("line", "")).splitlines() or [""]:
                         self._log_sink(int(message.get("rank", rank)), stream, line)
-                        if stream == "mpirun":  # the monitor quotes mpirun's own words if ranks never start
-                            self.events.put(Event("launcher_said", rank, {"line": line}))
-                elif op == "diagnostic":  # a launcher's account of a slow start: quoted on failure only
-                    self.events.put(Event("launcher_said", rank, {"line": str(message.get("line", ""))}))
-                elif op == "result":
-                    self.events.put(Event("result", rank, message, channel.recv_bytes()))
-                elif op == "timeline":
+                        if stream == Stream.MPIRUN:  # the monitor quotes mpirun's own words if ranks never start
+                            self.events.put(Event(EventKind.LAUNCHER_SAID, rank, {"line": line}))
+                elif op == Op.DIAGNOSTIC:  # a launcher's account of a slow start: quoted on failure only
+                    self.events.put(Event(EventKind.LAUNCHER_SAID, rank, {"line": str(message.get("line", ""))}))
+                elif op == Op.RESULT:
+                    self.events.put(Event(EventKind.RESULT, rank, message, channel.recv_bytes()))
+                elif op == Op.TIMELINE:
                     chunk = channel.recv_bytes()
                     if self._on_timeline is not None:
                         self._on_timeline(chunk)
-                elif op in ("exception", "exited", "stalled", "returned"):
-                    self.events.put(Event(op, int(message.get("rank", rank)), message))
-                elif op == "bye":
+                elif op in _REPORTED:
+                    self.events.put(Event(_REPORTED[op], int(message.get("rank", rank)), message))
+                elif op == Op.BYE:
                     said_bye = True
                     return
-        except (ChannelClosed, OSError, ValueError):
-            pass
+                else:
+                    raise ValueError(f"{role} {rank} sent {op!r}, which only other peers send")
+        except (ChannelClosed, OSError, ValueError) as exc:
+            if isinstance(exc, ValueError):  # an unknown or misplaced op: a bug, say so
+                log.warning("driver service: dropped %s %d (%s): %s", role, rank, channel.peer, exc)
         finally:
-            if role == "rank":
-                self.events.put(Event("rank_closed", rank, hello))
+            if role == Role.RANK:
+                self.events.put(Event(EventKind.RANK_CLOSED, rank, hello))
             else:
-                self._release(("launcher", rank), said_bye, hello.get("ranks", [rank]), hello)
+                self._release((Role.LAUNCHER, rank), said_bye, hello.get("ranks", [rank]), hello)
 
     def _serve_task(self, channel: Channel, hello: dict[str, Any]) -> None:
         if self._roster is None:
             log.warning("driver service: a barrier task joined a run that has none, from %s", channel.peer)
             return
         partition = int(hello.get("partition", -1))
-        self._hold(("task", partition), channel)
+        self._hold((Role.TASK, partition), channel)
         said_bye = False
         try:
             slots = self._roster.join(channel, partition, dict(hello.get("info") or {}))
@@ -145,34 +157,31 @@ class DriverService:
                 hosts = sorted({s.hostname for s in slots})
                 log.info("HorovodRunner: all %d barrier tasks joined in %.1f s, on %s", len(slots),
                          time.monotonic() - self._t0, ", ".join(hosts))
-            while True:
-                if channel.recv_json().get("op") == "bye":
-                    said_bye = True
-                    return
+            said_bye = channel.read_until(Op.BYE)
         except (ChannelClosed, OSError, ValueError) as exc:
             if isinstance(exc, ValueError):
                 log.warning("driver service: %s", exc)
         finally:
-            self._release(("task", partition), said_bye, self._roster.ranks_of(partition),
+            self._release((Role.TASK, partition), said_bye, self._roster.ranks_of(partition),
                           {"host": hello.get("info", {}).get("host", "?")})
 
     def ranks_of_task(self, partition: int) -> list[int]:
         """The ranks barrier task ``partition`` holds (empty in local mode or before the roster completed)."""
         return self._roster.ranks_of(partition) if self._roster else []
 
-    def _hold(self, key: tuple[str, int], channel: Channel) -> None:
+    def _hold(self, key: tuple[Role, int], channel: Channel) -> None:
         """A peer that holds processes of the run: stop_ranks tells it to stop and waits for it."""
         with self._peers_changed:
             self._peers[key] = channel
 
-    def _release(self, key: tuple[str, int], said_bye: bool, ranks, data: dict[str, Any]) -> None:
+    def _release(self, key: tuple[Role, int], said_bye: bool, ranks, data: dict[str, Any]) -> None:
         """The peer left. Without "bye", while the run was on, its task or executor died: its ranks are lost."""
         with self._peers_changed:
             self._peers.pop(key, None)
             self._peers_changed.notify_all()
         if not said_bye and not self._closing.is_set():
             for r in ranks:
-                self.events.put(Event("launcher_lost", int(r), data))
+                self.events.put(Event(EventKind.LAUNCHER_LOST, int(r), data))
 
     def stop_ranks(self, grace: float) -> None:
         """Ask every launcher still connected to kill its rank and report (its last timeline
@@ -183,7 +192,7 @@ class DriverService:
             channels = list(self._peers.values())
         for channel in channels:
             try:
-                channel.send_json({"op": "stop"})
+                channel.send_json({"op": Op.STOP})
             except OSError:
                 pass
         with self._peers_changed:

@@ -6,10 +6,10 @@ each one cost about 1 s even when every task had already arrived (measured in
 bench/, see docs/benchmarks.md). The driver service already accepts an
 authenticated channel from every task, so the exchange costs one round trip.
 
-The task keeps its roster channel while it has something to serve (the mpi
-launcher's rsh service); the driver's "stop", or the channel closing, releases
-it. A task whose channel drops before it said "bye" died with its executor, and
-the driver reports the ranks of that task as lost.
+The task's side is task/roster_member.py. The task keeps its roster channel while
+it has something to serve (the mpi launcher's rsh service); the driver's STOP, or
+the channel closing, releases it. A task whose channel drops before it said BYE
+died with its executor, and the driver reports the ranks of that task as lost.
 """
 
 from __future__ import annotations
@@ -17,9 +17,9 @@ from __future__ import annotations
 import threading
 from typing import Any
 
-from airflow_provider_hvd.runner import channel as channel_mod
-from airflow_provider_hvd.runner.channel import Channel
-from airflow_provider_hvd.runner.topology import Slot, assign_slots
+from airflow_provider_hvd.runner.common.topology import Slot, assign_slots
+from airflow_provider_hvd.runner.wire.channel import Channel
+from airflow_provider_hvd.runner.wire.messages import Op
 
 
 class Roster:
@@ -43,7 +43,7 @@ class Roster:
             self._slots = assign_slots([i["host"] for i in infos])
             for member, _ in self._members.values():
                 try:
-                    member.send_json({"op": "roster", "tasks": infos})
+                    member.send_json({"op": Op.ROSTER, "tasks": infos})
                 except OSError:
                     pass  # that task is gone; its handler reports it
             return self._slots
@@ -52,35 +52,3 @@ class Roster:
         """The ranks a task's executor held (empty before the roster completed)."""
         with self._lock:
             return [self._slots[partition].rank] if self._slots else []
-
-
-class RosterMember:
-    """A barrier task's side."""
-
-    def __init__(self, driver: tuple[str, int], secret: bytes, partition: int, info: dict[str, Any]):
-        self._channel = channel_mod.connect(driver, secret, {"role": "task", "partition": partition,
-                                                             "info": info})
-
-    def tasks(self) -> list[dict[str, Any]]:
-        """Block until every task has joined; return their infos in partition order."""
-        message = self._channel.recv_json()
-        if message.get("op") != "roster":
-            raise ConnectionError(f"expected the roster from the driver, got {message!r:.200}")
-        return message["tasks"]
-
-    def wait_for_stop(self) -> None:
-        """Block until the driver says the run is over (or is gone)."""
-        try:
-            while True:
-                kind, message = self._channel.recv()
-                if kind == "json" and message.get("op") == "stop":
-                    return
-        except (OSError, ValueError):
-            return
-
-    def leave(self) -> None:
-        try:
-            self._channel.send_json({"op": "bye"})
-        except OSError:
-            pass
-        self._channel.close()

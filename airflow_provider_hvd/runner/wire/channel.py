@@ -107,6 +107,18 @@ class Channel:
             raise ConnectionError(f"expected bytes from {self.peer}, got {kind}: {value!r:.200}")
         return value
 
+    def read_until(self, op: str | None = None) -> bool:
+        """Read and drop frames until a message with ``op`` arrives (True) or the channel ends
+        (False); with ``op=None``, until it ends. The one loop behind "wait until the driver
+        says stop, or is gone" in every process."""
+        try:
+            while True:
+                kind, message = self.recv()
+                if op is not None and kind == "json" and message.get("op") == op:
+                    return True
+        except Exception:  # closed, reset, or garbage: the peer is gone either way
+            return False
+
     def close(self) -> None:
         try:
             self.sock.shutdown(socket.SHUT_RDWR)

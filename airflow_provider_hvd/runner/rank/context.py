@@ -5,6 +5,8 @@ from __future__ import annotations
 import os
 import threading
 
+from airflow_provider_hvd.runner.wire.messages import Op, Stream
+
 _channel = None
 _lock = threading.Lock()
 
@@ -22,7 +24,7 @@ def log_to_driver(message: object) -> None:
     if channel is None:
         print(text, flush=True)
         return
-    channel.send_json({"op": "log", "stream": "log", "line": text})
+    channel.send_json({"op": Op.LOG, "stream": Stream.LOG, "line": text})
 
 
 def current_rank() -> int | None:

@@ -17,8 +17,9 @@ import re
 import time
 from typing import Callable
 
-from airflow_provider_hvd.runner.driver_service import Event
+from airflow_provider_hvd.runner.driver.service import Event
 from airflow_provider_hvd.runner.errors import HorovodRunError, RankFailedError, StallError, StartTimeoutError
+from airflow_provider_hvd.runner.wire.messages import EventKind
 
 log = logging.getLogger("airflow_provider_hvd.runner")
 
@@ -93,7 +94,7 @@ class RunMonitor:
                 if failure is not None:
                     if _is_consequence(self.exceptions.get(failure.rank)):
                         consequence = consequence or (time.monotonic(), failure)
-                    elif event.kind != "exited" or event.rank in self.exceptions or event.rank in self.closed:
+                    elif event.kind != EventKind.EXITED or event.rank in self.exceptions or event.rank in self.closed:
                         raise self._rank_failure(failure)
                     else:
                         pending_exit = pending_exit or (time.monotonic(), failure)
@@ -125,33 +126,33 @@ class RunMonitor:
 
     def _on_event(self, event: Event) -> Event | None:
         rank = event.rank
-        if event.kind == "launcher_started":
+        if event.kind == EventKind.LAUNCHER_STARTED:
             hosts = event.data.get("hosts")  # mpirun's launcher speaks for ranks on every host
             self.hosts[rank] = hosts[rank] if hosts else event.data.get("host", "?")
-        elif event.kind == "rank_started":
+        elif event.kind == EventKind.RANK_STARTED:
             self.started[rank] = event.data
             if len(self.started) == self.np:
                 log.info("HorovodRunner: all %d ranks started in %.1f s", self.np, time.monotonic() - self.t0)
-        elif event.kind == "rank_closed":
+        elif event.kind == EventKind.RANK_CLOSED:
             self.closed.add(rank)
-        elif event.kind == "result":
+        elif event.kind == EventKind.RESULT:
             self.result = event.blob
             log.info("HorovodRunner: rank 0 returned its result (%d bytes)", len(event.blob))
-        elif event.kind == "exception":
+        elif event.kind == EventKind.EXCEPTION:
             self.exceptions[rank] = event.data
             return event
-        elif event.kind == "exited":
+        elif event.kind == EventKind.EXITED:
             if event.data.get("returncode") == 0:
                 self.exited_ok.add(rank)
             else:
                 return event
-        elif event.kind == "launcher_lost":
+        elif event.kind == EventKind.LAUNCHER_LOST:
             return event
-        elif event.kind == "launcher_said":
+        elif event.kind == EventKind.LAUNCHER_SAID:
             self.launcher_said.append(event.data.get("line", ""))
-        elif event.kind == "returned":
+        elif event.kind == EventKind.RETURNED:
             self.returned.add(rank)
-        elif event.kind == "stalled":
+        elif event.kind == EventKind.STALLED:
             self.stalled[rank] = event.data
             if self._first_stall is None:
                 self._first_stall = time.monotonic()
@@ -236,8 +237,8 @@ class RunMonitor:
         pid = (self.started.get(rank) or {}).get("pid") or event.data.get("pid")
         who = f"rank {rank} (host {host}" + (f", pid {pid})" if pid else ")")
         exc = self.exceptions.get(rank)
-        tail = event.data.get("tail", []) if event.kind == "exited" else []
-        returncode = event.data.get("returncode") if event.kind == "exited" else None
+        tail = event.data.get("tail", []) if event.kind == EventKind.EXITED else []
+        returncode = event.data.get("returncode") if event.kind == EventKind.EXITED else None
         if exc is not None:
             stage = " while loading the training function" if exc.get("while_loading") else ""
             message = f"HorovodRunner: {who} failed{stage}: {exc['type']}: {exc['message']}"
@@ -246,7 +247,7 @@ class RunMonitor:
             message += f"\n--- traceback of rank {rank} ---\n{exc['traceback'].rstrip()}"
             return RankFailedError(message, rank=rank, host=host, exc_type=exc["type"],
                                    traceback=exc["traceback"], returncode=returncode, tail=tail)
-        if event.kind == "launcher_lost":
+        if event.kind == EventKind.LAUNCHER_LOST:
             message = (f"HorovodRunner: lost contact with {who}'s launcher: its Spark task or executor "
                        "died. Check the executor's log for an out-of-memory kill or a lost worker.")
         elif event.data.get("signal"):

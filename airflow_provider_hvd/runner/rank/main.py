@@ -1,4 +1,4 @@
-"""Entry point of one rank process: ``python -m airflow_provider_hvd.runner.rank_main``.
+"""Entry point of one rank process: ``python -m airflow_provider_hvd.runner.rank.main``.
 
 A fresh interpreter per rank gives clean Horovod state and crash isolation. The
 launcher writes one JSON line on stdin (driver address, run secret, rank,
@@ -24,7 +24,7 @@ EXIT_DRIVER_GONE = 75
 
 
 def _die_with_parent(parent_pid: int) -> None:
-    from airflow_provider_hvd.runner.lifetime import die_with_parent
+    from airflow_provider_hvd.runner.common.lifetime import die_with_parent
 
     if die_with_parent(signal.SIGKILL) and os.getppid() != parent_pid:
         os._exit(EXIT_DRIVER_GONE)  # the launcher died before the kernel could be told
@@ -35,18 +35,16 @@ _finishing = threading.Event()
 
 def _watch_driver(channel) -> None:
     """The driver closes our channel when the run ends or fails: stop at once, whatever main is doing."""
-    try:
-        while True:
-            channel.recv()
-    except Exception:
-        pass
+    channel.read_until(None)
     if not _finishing.is_set():  # not our own close at the end of main()
         os._exit(EXIT_DRIVER_GONE)
 
 
 def _say_bye(channel) -> None:
+    from airflow_provider_hvd.runner.wire.messages import Op
+
     _finishing.set()
-    channel.send_json({"op": "bye"})
+    channel.send_json({"op": Op.BYE})
     channel.close()
 
 
@@ -73,15 +71,15 @@ def _bootstrap() -> dict:
     secrets are removed from os.environ at once so that user code and its children never see them."""
     if "--mpi" not in sys.argv[1:]:
         return json.loads(sys.stdin.readline())
-    from airflow_provider_hvd.runner import mpi_launch as m
+    from airflow_provider_hvd.runner.wire.messages import LaunchEnv
 
-    host, port = os.environ.pop(m.DRIVER_ENV).rsplit(":", 1)
+    host, port = os.environ.pop(LaunchEnv.DRIVER).rsplit(":", 1)
     rank = int(os.environ["OMPI_COMM_WORLD_RANK"])
-    boot = {"driver": [host, int(port)], "secret": os.environ.pop(m.SECRET_ENV), "rank": rank,
+    boot = {"driver": [host, int(port)], "secret": os.environ.pop(LaunchEnv.SECRET), "rank": rank,
             "host": os.environ.get("HOSTNAME") or os.uname().nodename, "parent_pid": os.getppid()}
-    for name in (m.RSH_SECRET_ENV, m.RSH_MAP_ENV):
+    for name in (LaunchEnv.RSH_SECRET, LaunchEnv.RSH_MAP):
         os.environ.pop(name, None)
-    gpus = json.loads(os.environ.pop(m.GPUS_BY_RANK_ENV, "null"))
+    gpus = json.loads(os.environ.pop(LaunchEnv.GPUS_BY_RANK, "null"))
     if gpus and gpus[rank] is not None:
         os.environ["CUDA_VISIBLE_DEVICES"] = gpus[rank]
     return boot
@@ -92,14 +90,16 @@ def main() -> int:
     _die_with_parent(boot["parent_pid"])
     rank = int(boot["rank"])
 
-    from airflow_provider_hvd.runner import channel as channel_mod, keras_guard, payload, rank_context, stall
+    from airflow_provider_hvd.runner.rank import context as rank_context, keras_guard, stall
+    from airflow_provider_hvd.runner.wire import channel as channel_mod, payload
+    from airflow_provider_hvd.runner.wire.messages import LaunchEnv, Op, Role
 
     keras_guard.install()  # before the payload is unpickled: that may import TensorFlow
 
     secret = bytes.fromhex(boot["secret"])
     channel = channel_mod.connect((boot["driver"][0], int(boot["driver"][1])), secret,
-                                  {"role": "rank", "rank": rank, "host": boot.get("host"), "pid": os.getpid()})
-    channel.send_json({"op": "get_payload"})
+                                  {"role": Role.RANK, "rank": rank, "host": boot.get("host"), "pid": os.getpid()})
+    channel.send_json({"op": Op.GET_PAYLOAD})
     blob = channel.recv_bytes()
     threading.Thread(target=_watch_driver, args=(channel,), name="hvd-watch-driver", daemon=True).start()
     rank_context._install(channel)
@@ -112,20 +112,20 @@ def main() -> int:
         fn, kwargs = cloudpickle.loads(body)
         del body
         loading = False
-        if os.environ.get(stall.STALL_TIMEOUT_ENV):
-            stall.watch(channel.send_json, float(os.environ[stall.STALL_TIMEOUT_ENV]), announce=rank == 0)
+        if os.environ.get(LaunchEnv.STALL_TIMEOUT):
+            stall.watch(channel.send_json, float(os.environ[LaunchEnv.STALL_TIMEOUT]), announce=rank == 0)
         value = fn(**kwargs)
-        channel.send_json({"op": "returned"})
+        channel.send_json({"op": Op.RETURNED})
         if rank == 0:
             result = payload.seal(payload.dumps_result(value), secret, payload.KIND_RESULT)
-            channel.send_json_with_bytes({"op": "result", "size": len(result)}, result)
+            channel.send_json_with_bytes({"op": Op.RESULT, "size": len(result)}, result)
     except BaseException as exc:  # SystemExit and KeyboardInterrupt are failures of the rank too
         sys.stdout.flush()
         sys.stderr.flush()
         tb = traceback.format_exc()
         sys.stderr.write(tb)
         sys.stderr.flush()
-        channel.send_json({"op": "exception", "type": type(exc).__name__, "message": str(exc),
+        channel.send_json({"op": Op.EXCEPTION, "type": type(exc).__name__, "message": str(exc),
                            "traceback": tb, "hint": _hint(exc, loading), "while_loading": loading})
         _say_bye(channel)
         return EXIT_EXCEPTION

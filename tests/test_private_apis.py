@@ -1,0 +1,70 @@
+"""The private APIs of pyspark, horovod and the apache-spark provider that we rely on still do what we
+rely on. Each is used in one place only (driver/pyspark_internals.py, rank/stall.py,
+hooks/horovod.py); when an upgrade changes one, the test here fails naming it, before users'
+runs would."""
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+import rank_functions as rf
+
+
+def test_pyspark_fixes_an_rdds_python_when_its_function_is_wrapped(spark_local2):
+    """SparkContext.pythonExec + RDD._jrdd: the executable read at wrapping time is the one the
+    tasks start, whatever pythonExec is later; the user's own jobs keep theirs."""
+    from airflow_provider_hvd.runner.driver import pyspark_internals
+
+    sc = spark_local2.sparkContext
+    assert hasattr(sc, "pythonExec"), "pyspark's SparkContext.pythonExec is gone: see driver/pyspark_internals.py"
+    before = sc.pythonExec
+    ours = sc.parallelize(range(2), 2).mapPartitions(lambda rows: [1])
+    with pyspark_internals.python_exec(sc, "/nonexistent/hvd-python"):
+        pyspark_internals.wrap_python_function(ours)
+    assert sc.pythonExec == before
+    theirs = sc.parallelize(range(2), 2).mapPartitions(lambda rows: [2])
+    assert theirs.collect() == [2, 2]  # unaffected
+    with pytest.raises(Exception, match="/nonexistent/hvd-python"):
+        ours.collect()  # fixed at wrapping: RDD._jrdd no longer reads pythonExec at collect time
+
+
+def test_spark_counts_free_task_slots_through_its_jvm(spark_local2):
+    """SparkContext._jsc.sc().maxNumConcurrentTasks(defaultResourceProfile())."""
+    from airflow_provider_hvd.runner.driver import pyspark_internals
+
+    assert pyspark_internals.max_concurrent_tasks(spark_local2.sparkContext) == 2
+
+
+def test_horovod_torch_keeps_pending_collectives_in_its_handle_map():
+    """horovod.torch.mpi_ops._handle_map, which the stall watch reads (rank/stall.py)."""
+    from airflow_provider_hvd import HorovodRunner
+
+    seen = HorovodRunner(np=-1, launcher="gloo").run(rf.handle_map_while_pending)
+    assert seen == {"is_dict": True, "pending_listed": True, "done_removed": True}, (
+        "horovod.torch.mpi_ops._handle_map no longer lists pending collectives: the stall watch "
+        f"(rank/stall.py) cannot see them. Saw {seen}")
+
+
+def test_spark_submit_hook_resolves_its_master_through_resolve_connection(airflow):
+    """SparkSubmitHook._resolve_connection() -> _connection["master"]: where HorovodSparkSubmitHook
+    puts local[*] for a connection that does not exist (hooks/horovod.py)."""
+    script = """
+import json
+from airflow.providers.apache.spark.hooks.spark_submit import SparkSubmitHook
+from airflow_provider_hvd.hooks.horovod import HorovodSparkSubmitHook
+assert "_resolve_connection" in vars(SparkSubmitHook), "SparkSubmitHook._resolve_connection is gone"
+plain = SparkSubmitHook(conn_id="hvd_no_such_connection")
+ours = HorovodSparkSubmitHook(conn_id="hvd_no_such_connection")
+named = HorovodSparkSubmitHook(conn_id="hvd_spark_test")
+print(json.dumps({"plain": plain._connection["master"], "ours": ours.master,
+                  "ours_deploy": ours._connection["deploy_mode"], "named": named.master}))
+"""
+    env = {**airflow["env"], "AIRFLOW_CONN_HVD_SPARK_TEST": "spark://spark-master:7077"}
+    done = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr[-3000:]
+    seen = json.loads(done.stdout.strip().splitlines()[-1])
+    assert seen["plain"] == "yarn"  # the provider's own fallback, which ours replaces
+    assert seen["ours"] == "local[*]" and seen["ours_deploy"] is None
+    assert seen["named"] == "spark://spark-master:7077"
