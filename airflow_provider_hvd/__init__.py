@@ -27,6 +27,7 @@ _LAZY = {
     "StallError": "airflow_provider_hvd.runner.errors",
     "StartTimeoutError": "airflow_provider_hvd.runner.errors",
     "ClusterCapacityError": "airflow_provider_hvd.runner.errors",
+    "MpiDaemonCrashError": "airflow_provider_hvd.runner.errors",
 }
 
 __all__ = ["__version__", *_LAZY]

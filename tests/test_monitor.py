@@ -56,3 +56,22 @@ def test_any_other_stage_failure_is_reported_as_it_is():
     with pytest.raises(HorovodRunError, match="the Spark barrier stage failed before the ranks finished") as info:
         monitor.wait(lambda: RuntimeError("org.apache.spark.SparkException: something else"))
     assert not isinstance(info.value, RankFailedError)
+
+
+def test_an_open_mpi_daemon_crash_is_named_at_once_in_our_words():
+    from airflow_provider_hvd.runner.errors import MpiDaemonCrashError
+
+    events, monitor = running_monitor(lambda partition: [])
+    tail = ["<mpirun> [host:1] Signal: Segmentation fault (11)", "<mpirun> ORTE was unable to reliably start"]
+    events.put(Event("exited", 0, {"returncode": 1, "tail": tail, "daemon": {
+        "process": "orted", "host": "127.0.0.3", "signal": "SIGSEGV", "code": 139}}))
+    t0 = time.monotonic()
+    with pytest.raises(MpiDaemonCrashError) as info:
+        monitor.wait()
+    assert time.monotonic() - t0 < 1  # no wait for an exception report that cannot come
+    err = info.value
+    assert (err.process, err.host, err.signal) == ("orted", "127.0.0.3", "SIGSEGV")
+    # The ranks named are the ones on that host (rank 1, from mpirun's launcher's host list).
+    assert err.rank == 1 and "started on host 127.0.0.3 crashed with SIGSEGV, taking rank(s) [1]" in str(err)
+    assert "Open MPI failed, not the training function" in str(err) and "exited with code" not in str(err)
+    assert "Signal: Segmentation fault (11)" in str(err)  # Open MPI's own lines kept

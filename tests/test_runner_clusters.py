@@ -185,3 +185,32 @@ def test_standalone_launch_stress(standalone, launcher, no_leftovers, fault):
     record.observe(f"{outcomes['succeeded']} succeeded, {outcomes['failed as asked']} failed naming the rank "
                    f"asked; 0 daemon crashes; nothing left; {(time.monotonic() - t0) / STRESS_RUNS:.1f} s a run",
                    None)
+
+
+@pytest.mark.faults
+def test_an_open_mpi_daemon_crash_is_named_in_our_words(standalone, tmp_path, no_leftovers, fault):
+    """A real orted crash: mpirun's own launch-agent knob starts, on the other hosts, a 'daemon' that
+    dies of SIGSEGV the way the hwloc crash of issue 23 did. The error names Open MPI, the host and
+    the signal, keeps Open MPI's lines, and the next run works."""
+    import time
+
+    from airflow_provider_hvd.runner.errors import MpiDaemonCrashError
+
+    record = fault("the Open MPI daemon (orted) started on a host dies of SIGSEGV (mpi, standalone)",
+                   "MpiDaemonCrashError naming orted, its host and SIGSEGV as Open MPI's failure, not the "
+                   "training function's, with Open MPI's own lines; nothing left; the next run works")
+    crashing = tmp_path / "crashing-orted"
+    crashing.write_text("#!/bin/sh\nkill -SEGV $$\n")
+    crashing.chmod(0o755)
+    record.start()
+    with pytest.raises(MpiDaemonCrashError) as info:
+        HorovodRunner(np=2, slot_wait_timeout=60, launcher="mpi", log_sink=lambda *a: None,
+                      mpi_args=["-mca", "orte_launch_agent", str(crashing)]).run(rf.chatty)
+    seconds = record.failed_after()
+    err = info.value
+    assert (err.process, err.signal) == ("orted", "SIGSEGV") and err.host in ("127.0.0.2", "127.0.0.3")
+    assert f"orted) that mpirun started on host {err.host} crashed with SIGSEGV" in str(err)
+    assert "Open MPI failed, not the training function" in str(err) and "--- Open MPI's last lines ---" in str(err)
+    assert seconds < 15
+    record.observe(str(err).split("\n")[0], seconds)
+    assert HorovodRunner(np=2, launcher="mpi", log_sink=lambda *a: None).run(rf.chatty) == 0

@@ -22,6 +22,18 @@ class RankFailedError(HorovodRunError):
         self.tail = tail or []
 
 
+class MpiDaemonCrashError(RankFailedError):
+    """An Open MPI process (the orted mpirun started on a host, or mpirun itself) crashed with a
+    signal: Open MPI failed, not the training function. ``process``, ``host`` and ``signal``
+    name it; ``tail`` keeps Open MPI's own lines."""
+
+    def __init__(self, message: str, *, process: str, signal: str, rank: int, host: str | None,
+                 returncode: int | None, tail: list[str]):
+        super().__init__(message, rank=rank, host=host, returncode=returncode, tail=tail)
+        self.process = process
+        self.signal = signal
+
+
 class StartTimeoutError(HorovodRunError):
     """Not every rank started within ``start_timeout``."""
 

@@ -18,7 +18,13 @@ import time
 from typing import Callable
 
 from airflow_provider_hvd.runner.driver.service import Event
-from airflow_provider_hvd.runner.errors import HorovodRunError, RankFailedError, StallError, StartTimeoutError
+from airflow_provider_hvd.runner.errors import (
+    HorovodRunError,
+    MpiDaemonCrashError,
+    RankFailedError,
+    StallError,
+    StartTimeoutError,
+)
 from airflow_provider_hvd.runner.wire.messages import EventKind
 
 log = logging.getLogger("airflow_provider_hvd.runner")
@@ -94,7 +100,8 @@ class RunMonitor:
                 if failure is not None:
                     if _is_consequence(self.exceptions.get(failure.rank)):
                         consequence = consequence or (time.monotonic(), failure)
-                    elif event.kind != EventKind.EXITED or event.rank in self.exceptions or event.rank in self.closed:
+                    elif (event.kind != EventKind.EXITED or event.rank in self.exceptions or event.rank in self.closed
+                          or event.data.get("daemon")):  # an Open MPI crash has no exception to wait for
                         raise self._rank_failure(failure)
                     else:
                         pending_exit = pending_exit or (time.monotonic(), failure)
@@ -199,6 +206,18 @@ class RunMonitor:
         message += " Check that executor's log."
         return RankFailedError(message, rank=rank, host=host, returncode=None, tail=[])
 
+    def _daemon_crash(self, event: Event, daemon: dict) -> MpiDaemonCrashError:
+        host = str(daemon.get("host", "?"))
+        signal = str(daemon.get("signal", "?"))
+        process = str(daemon.get("process", "orted"))
+        ranks = sorted(r for r, h in self.hosts.items() if h == host) or [event.rank]
+        tail = event.data.get("tail", [])
+        message = _daemon_crash_message(process, host, signal, ranks)
+        if tail:
+            message += "\n--- Open MPI's last lines ---\n" + "\n".join(tail)
+        return MpiDaemonCrashError(message, process=process, signal=signal, rank=ranks[0], host=host,
+                                   returncode=event.data.get("returncode"), tail=tail)
+
     def _unfinished(self) -> list[int]:
         return [r for r in range(self.np) if r not in self.returned and r not in self.exited_ok]
 
@@ -237,6 +256,8 @@ class RunMonitor:
         pid = (self.started.get(rank) or {}).get("pid") or event.data.get("pid")
         who = f"rank {rank} (host {host}" + (f", pid {pid})" if pid else ")")
         exc = self.exceptions.get(rank)
+        if event.kind == EventKind.EXITED and event.data.get("daemon") and exc is None:
+            return self._daemon_crash(event, event.data["daemon"])
         tail = event.data.get("tail", []) if event.kind == EventKind.EXITED else []
         returncode = event.data.get("returncode") if event.kind == EventKind.EXITED else None
         if exc is not None:
@@ -259,6 +280,16 @@ class RunMonitor:
         if tail:
             message += f"\n--- last {len(tail)} lines of rank {rank}'s output ---\n" + "\n".join(tail)
         return RankFailedError(message, rank=rank, host=host, returncode=returncode, tail=tail)
+
+
+def _daemon_crash_message(process: str, host: str, signal: str, ranks: list[int]) -> str:
+    if process == "orted":
+        which = f"the Open MPI daemon (orted) that mpirun started on host {host}"
+    else:
+        which = f"mpirun itself (on host {host})"
+    return (f"HorovodRunner: {which} crashed with {signal}, taking rank(s) {ranks}: Open MPI failed, not the "
+            "training function. Running it again usually succeeds; if it recurs, report it with Open MPI's "
+            "own lines, kept below.")
 
 
 def _first_line(exc: BaseException) -> str:

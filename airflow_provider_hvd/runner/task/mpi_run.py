@@ -112,6 +112,12 @@ class MpiRun:
                 # a daemonizing orted vanished once in a while before calling back (CI, twice), and
                 # mpirun then waits forever; attached, its end is seen and reported by the rsh agent.
                 "-mca", "orte_leave_session_attached", "1",
+                # No topology in shared memory: Open MPI 4.1's rtc/hwloc writes it into the session
+                # directory's hwloc.sm, mapped at a hole it picked in /proc/self/maps, and daemons
+                # that share a /tmp write the same file at once; an orted died of SIGSEGV inside
+                # hwloc_shmem_topology_write (issue 23). Ranks then read the topology themselves
+                # (measured: no launch-time difference; docs/architecture.md).
+                "-mca", "rtc_hwloc_vmhole", "none",
                 "-mca", "btl_tcp_if_include", iface, "-mca", "oob_tcp_if_include", iface]
         for name in sorted(rank_env):
             cmd += ["-x", str(name)]
@@ -188,7 +194,7 @@ class MpiRun:
         if rc == 0:
             reports = [{"op": Op.EXITED, "rank": rank, "returncode": 0} for rank in range(self.np)]
         else:
-            reports = [failure_report(rc, list(self.mpirun_tail), self.tails)]
+            reports = [failure_report(rc, list(self.mpirun_tail), self.tails, mpirun_host=self._hosts[0][0])]
         self._link.finish(reports)
         shutil.rmtree(self._workdir, ignore_errors=True)
         return rc

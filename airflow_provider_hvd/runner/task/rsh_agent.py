@@ -14,8 +14,9 @@ import sys
 
 
 def main(argv: list[str]) -> int:
+    from airflow_provider_hvd.runner.task.mpi_output import CRASH_SIGNALS
     from airflow_provider_hvd.runner.wire import channel as channel_mod
-    from airflow_provider_hvd.runner.wire.messages import LaunchEnv, Op, Role, Stream
+    from airflow_provider_hvd.runner.wire.messages import DAEMON_DIED_MARKER, LaunchEnv, Op, Role, Stream
 
     args = [a for a in argv]
     while args and args[0].startswith("-"):  # ssh-style options OpenMPI may add
@@ -43,7 +44,24 @@ def main(argv: list[str]) -> int:
             stream.write(message["data"])
             stream.flush()
         elif op == Op.EXIT:
-            return int(message["code"])
+            code = int(message["code"])
+            died_of = _signal_of(code)
+            if died_of in CRASH_SIGNALS:  # say it in a line mpirun passes on and the launcher recognises
+                report = {"host": host, "signal": died_of, "code": code}
+                print(DAEMON_DIED_MARKER + json.dumps(report), file=sys.stderr, flush=True)
+            return code
+
+
+def _signal_of(code: int) -> str | None:
+    """The signal's name when ``code`` says the command died of one: negative from the service's
+    wait(), or 128 + n from the shell that ran orted (``/bin/sh -c``)."""
+    import signal
+
+    number = -code if code < 0 else code - 128 if 128 < code < 128 + 65 else None
+    try:
+        return signal.Signals(number).name if number else None
+    except ValueError:
+        return None
 
 
 if __name__ == "__main__":

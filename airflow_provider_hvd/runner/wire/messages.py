@@ -149,6 +149,10 @@ class LaunchEnv(enum.StrEnum):
 RANK_MAIN_MODULE = "airflow_provider_hvd.runner.rank.main"
 RSH_AGENT_MODULE = "airflow_provider_hvd.runner.task.rsh_agent"
 
+# The line mpirun's rsh agent (task/rsh_agent.py) writes to mpirun's stderr when the orted it
+# started died of a signal, followed by a JSON {host, signal, code}; task/mpi_output.py reads it.
+DAEMON_DIED_MARKER = "HVD-MPI-DAEMON-DIED:"
+
 # The one line a barrier task raises when its Python cannot run a rank (task/entry.py), followed
 # by a JSON report; driver/worker_diagnosis.py finds it in Spark's job error.
 WORKER_REPORT_MARKER = "HVD-WORKER-ENVIRONMENT:"
