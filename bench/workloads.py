@@ -61,3 +61,22 @@ def make_result(megabytes):
 
     hvd.init()
     return b"x" * (megabytes << 20) if hvd.rank() == 0 else None
+
+
+def hvd_init_cycles(cycles):
+    """``cycles`` rounds of hvd.init() + one allreduce + hvd.shutdown(), timed inside the rank (ms).
+    The first is what one init costs in a fresh process; the rest re-initialise (gloo only: under
+    MPI horovod's shutdown finalizes MPI, so pass cycles=1 there)."""
+    import statistics
+
+    import horovod.torch as hvd
+    import torch
+
+    times = []
+    for _ in range(cycles):
+        t0 = time.perf_counter()
+        hvd.init()
+        hvd.allreduce(torch.ones(4), name="cycle")
+        hvd.shutdown()
+        times.append(1000 * (time.perf_counter() - t0))
+    return {"first_ms": times[0], "reinit_ms": statistics.median(times[1:]) if cycles > 1 else None}

@@ -205,3 +205,49 @@ def handle_map_while_pending():
     seen["done_removed"] = handle not in getattr(mpi_ops, "_handle_map", {handle: None})
     hvd.shutdown()
     return seen
+
+
+def rank_environment():
+    """Every rank's environment names and PYTHONPATH (tests/test_runner_barrier.py)."""
+    import horovod.torch as hvd
+
+    hvd.init()
+    mine = {"names": sorted(os.environ), "pythonpath": os.environ.get("PYTHONPATH", "")}
+    return hvd.allgather_object(mine)
+
+
+def reinit_with_process_sets(cycles=3, reinit=True):
+    """Horovod re-initialised ``cycles`` times, each time with a process set per rank, checking a
+    global and a per-set allreduce every time. ``reinit=False`` (MPI, whose shutdown finalizes MPI):
+    one init, process sets added and removed ``cycles`` times instead. Rank 0's view is returned."""
+    import horovod.torch as hvd
+    import torch
+
+    seen = []
+    if not reinit:
+        os.environ["HOROVOD_DYNAMIC_PROCESS_SETS"] = "1"
+        hvd.init()
+    for cycle in range(cycles):
+        if reinit:
+            sets = [hvd.ProcessSet([0]), hvd.ProcessSet([1])]
+            hvd.init(process_sets=sets)
+        else:
+            sets = [hvd.add_process_set([0]), hvd.add_process_set([1])]
+        mine = sets[hvd.rank()]
+        total = hvd.allreduce(torch.tensor([float(hvd.rank() + 1 + cycle)]), op=hvd.Sum).item()
+        alone = hvd.allreduce(torch.tensor([float(hvd.rank() + 10)]), op=hvd.Sum, process_set=mine).item()
+        expected = (3.0 + 2 * cycle, float(hvd.rank() + 10), 1)
+        if (total, alone, mine.size()) != expected:
+            raise AssertionError(f"cycle {cycle}: got {(total, alone, mine.size())}, expected {expected}")
+        seen.append([hvd.size(), total, alone])
+        # Every rank done with its own set before any shuts down: shutdown reaches all ranks, and
+        # would cut short a peer's set collective (horovodrun shows the same race).
+        hvd.allreduce(torch.zeros(1), name=f"cycle-{cycle}-done")
+        if reinit:
+            hvd.shutdown()
+        else:
+            for s in sets:
+                hvd.remove_process_set(s)
+    if not reinit:
+        hvd.shutdown()
+    return seen

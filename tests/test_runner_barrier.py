@@ -107,3 +107,32 @@ spark.stop()
     assert "ERROR: ClusterCapacityError" in done.stdout, done.stdout + done.stderr
     assert "spark.dynamicAllocation.enabled=false" in done.stdout
     record.observe(done.stdout.split("ERROR: ", 1)[1].splitlines()[0])
+
+
+@pytest.mark.parametrize("launcher", ["gloo", "mpi"])
+def test_ranks_get_the_hosts_environment_without_sparks_plumbing(spark_local2, launcher, monkeypatch, no_leftovers):
+    """Spark's Python worker protocol settings and secrets (and a spark-submitted driver's py4j
+    gateway secret) never reach the training function; the host's and the user's settings do."""
+    from airflow_provider_hvd.runner.task.rank_environment import SPARK_PLUMBING
+
+    # What a spark-submitted driver has: local mode (np < 0) starts ranks from it.
+    monkeypatch.setenv("PYSPARK_GATEWAY_SECRET", "driver-secret")
+    for np_ in (2, -2):
+        views = HorovodRunner(np=np_, launcher=launcher, env={"USER_SETTING": "1"}).run(rf.rank_environment)
+        assert len(views) == 2
+        for view in views:
+            leaked = SPARK_PLUMBING & set(view["names"])
+            assert not leaked, f"np={np_}: {sorted(leaked)} reached a rank"
+            assert {"USER_SETTING", "PATH", "HOME"} <= set(view["names"])
+            assert "pyspark.zip" not in view["pythonpath"] and "py4j" not in view["pythonpath"]
+
+
+@pytest.mark.parametrize("launcher,np_", [("gloo", 2), ("gloo", -2), ("mpi", 2)])
+def test_horovod_reinitialised_with_process_sets_inside_one_run(spark_local2, launcher, np_, no_leftovers):
+    """hvd.init()/shutdown() three times in one run, with a process set per rank, every collective
+    checked on every rank (through our rendezvous each time under gloo). Under mpi horovod's
+    shutdown finalizes MPI, so a second init is impossible there (horovod's own suite skips its
+    re-init tests under mpi): process sets are added and removed three times within one init."""
+    seen = HorovodRunner(np=np_, launcher=launcher).run(rf.reinit_with_process_sets, cycles=3,
+                                                         reinit=launcher == "gloo")
+    assert seen == [[2, 3.0, 10.0], [2, 5.0, 10.0], [2, 7.0, 10.0]]

@@ -12,6 +12,7 @@ import threading
 from airflow_provider_hvd.runner.common.topology import assign_slots, gloo_env
 from airflow_provider_hvd.runner.task.gpus import driver_gpus, local_rank_gpu
 from airflow_provider_hvd.runner.task.mpi_run import MpiRun
+from airflow_provider_hvd.runner.task.rank_environment import rank_base_env
 from airflow_provider_hvd.runner.task.rank_process import RankProcess
 from airflow_provider_hvd.runner.wire.messages import LaunchEnv
 
@@ -25,7 +26,7 @@ class LocalRanks:
         gpus = driver_gpus()
         self.ranks: list[RankProcess] = []
         for slot in assign_slots(["localhost"] * n):
-            rank_env = {**os.environ, "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", threads_each),
+            rank_env = {**rank_base_env(), "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", threads_each),
                         **env,
                         **gloo_env(slot, iface="lo")}
             if gpus:
@@ -58,7 +59,7 @@ class LocalMpiRun:
         gpus = driver_gpus()
         if gpus:  # one host: local rank == rank
             env = {**env, LaunchEnv.GPUS_BY_RANK: json.dumps([local_rank_gpu(gpus, r) for r in range(n)])}
-        self._run = MpiRun(hosts=[("localhost", n)], rsh={}, iface="lo", env=dict(os.environ), rank_env=env,
+        self._run = MpiRun(hosts=[("localhost", n)], rsh={}, iface="lo", env=rank_base_env(), rank_env=env,
                            driver=(LOCAL_HOST, driver_port), secret=secret, forward_output=forward_output,
                            timeline_interval=timeline_interval, extra_args=list(mpi_args))
         self._waiter: threading.Thread | None = None

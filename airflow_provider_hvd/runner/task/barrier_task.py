@@ -33,6 +33,7 @@ def run_barrier_task(spec: TaskSpec, _rows):
         return
     from airflow_provider_hvd.runner.common.topology import assign_slots, gloo_env
     from airflow_provider_hvd.runner.task.network import gloo_interface
+    from airflow_provider_hvd.runner.task.rank_environment import rank_base_env
     from airflow_provider_hvd.runner.task.rank_process import RankProcess
     from airflow_provider_hvd.runner.task.roster_member import RosterMember
 
@@ -44,8 +45,7 @@ def run_barrier_task(spec: TaskSpec, _rows):
         member.leave()
     slot = assign_slots(task_hosts)[ctx.partitionId()]
     iface = gloo_interface(slot.hostname, spec.driver_host)
-    env = {**os.environ, **spec.env,
-           **gloo_env(slot, iface=iface)}
+    env = {**rank_base_env(), **spec.env, **gloo_env(slot, iface=iface)}
     gpus = task_gpu_addresses(ctx)
     if gpus is not None:
         env["CUDA_VISIBLE_DEVICES"] = ",".join(gpus)
@@ -68,6 +68,7 @@ def _mpi_task(spec: TaskSpec, ctx):
     from airflow_provider_hvd.runner.common.topology import assign_slots
     from airflow_provider_hvd.runner.task.mpi_run import MpiRun
     from airflow_provider_hvd.runner.task.network import gloo_interface
+    from airflow_provider_hvd.runner.task.rank_environment import rank_base_env
     from airflow_provider_hvd.runner.task.roster_member import RosterMember
     from airflow_provider_hvd.runner.task.rsh_service import RshService
 
@@ -94,7 +95,7 @@ def _mpi_task(spec: TaskSpec, ctx):
             if any(g is not None for g in gpus_by_rank):
                 rank_env[LaunchEnv.GPUS_BY_RANK] = json.dumps(gpus_by_rank)
             run = MpiRun(hosts=hosts, rsh={t["host"]: (t["host"], t["rsh_port"]) for t in tasks},
-                         iface=gloo_interface(slot.hostname, spec.driver_host), env=dict(os.environ),
+                         iface=gloo_interface(slot.hostname, spec.driver_host), env=rank_base_env(),
                          rank_env=rank_env, driver=(spec.driver_host, spec.driver_port), secret=secret,
                          forward_output=spec.forward_output, timeline_interval=spec.timeline_interval,
                          extra_args=list(spec.mpi_args))

@@ -9,8 +9,8 @@ So the store lives inside the driver service (driver/kv_store.py), reached only
 over the run's authenticated channel, and each gloo rank talks HTTP to a
 ``RendezvousProxy`` that its launcher runs on 127.0.0.1. The proxy forwards
 requests over the launcher's own channel and refuses any TCP peer that is not
-a process of the same user (the owner of the connecting socket, read from
-/proc/net/tcp): same-user processes are already inside the trust boundary
+a process of the same user (the owner of the connecting socket, asked of the
+kernel): same-user processes are already inside the trust boundary
 (they could read the launcher's memory), other users and other hosts are not.
 """
 
@@ -20,6 +20,7 @@ import http.server
 import logging
 import os
 import socket
+import struct
 import threading
 from typing import Any
 
@@ -32,8 +33,50 @@ LOOPBACK = "127.0.0.1"
 
 
 def tcp_peer_uid(peer: tuple[str, int], local: tuple[str, int]) -> int | None:
-    """The uid owning the socket at ``peer`` that is connected to ``local`` (IPv4 loopback), from
-    /proc/net/tcp; None when no such socket is listed."""
+    """The uid owning the socket at ``peer`` that is connected to ``local`` (IPv4 loopback); None
+    when there is no such socket.
+
+    Asked of the kernel for that one socket (netlink sock_diag, what ``ss`` uses): about 0.01 ms.
+    /proc/net/tcp, the fallback where netlink is unavailable, lists every TCP socket of the host,
+    TIME_WAIT ones included, and each horovod rendezvous request is a new connection (about 60 per
+    hvd.init()), so scanning it cost 3 ms a request at 441 sockets, growing with every re-init.
+    """
+    try:
+        return _uid_by_sock_diag(peer, local)
+    except OSError:
+        return _uid_by_proc_net_tcp(peer, local)
+
+
+_NETLINK_SOCK_DIAG = 4        # linux/netlink.h
+_SOCK_DIAG_BY_FAMILY = 20     # linux/sock_diag.h
+_NLMSG_ERROR = 2
+_NLM_F_REQUEST = 1
+_ALL_STATES = 0xFFFFFFFF
+_NO_COOKIE = 0xFFFFFFFF       # INET_DIAG_NOCOOKIE: look the socket up by its addresses
+_UID_OFFSET = 16 + 64         # nlmsghdr, then inet_diag_msg's family..retrans, sockid, expires, rqueue, wqueue
+
+
+def _uid_by_sock_diag(peer: tuple[str, int], local: tuple[str, int]) -> int | None:
+    # struct inet_diag_req_v2 asking for the one TCP socket whose own end is `peer`
+    sockid = (struct.pack("!HH", peer[1], local[1]) + socket.inet_aton(peer[0]) + bytes(12)
+              + socket.inet_aton(local[0]) + bytes(12) + struct.pack("=III", 0, _NO_COOKIE, _NO_COOKIE))
+    request = struct.pack("=BBBBI", socket.AF_INET, socket.IPPROTO_TCP, 0, 0, _ALL_STATES) + sockid
+    header = struct.pack("=LHHLL", 16 + len(request), _SOCK_DIAG_BY_FAMILY, _NLM_F_REQUEST, 1, 0)
+    with socket.socket(socket.AF_NETLINK, socket.SOCK_RAW, _NETLINK_SOCK_DIAG) as nl:
+        nl.settimeout(1.0)
+        nl.send(header + request)
+        reply = nl.recv(8192)
+    if len(reply) < 18:
+        raise OSError("sock_diag: short reply")
+    if struct.unpack_from("=H", reply, 4)[0] == _NLMSG_ERROR:
+        errno = -struct.unpack_from("=i", reply, 16)[0]
+        if errno == 2:  # ENOENT: no such socket
+            return None
+        raise OSError(errno, "sock_diag refused the look-up")
+    return struct.unpack_from("=I", reply, _UID_OFFSET)[0]
+
+
+def _uid_by_proc_net_tcp(peer: tuple[str, int], local: tuple[str, int]) -> int | None:
     def hex_addr(addr: tuple[str, int]) -> str:
         packed = socket.inet_aton(addr[0])
         return f"{int.from_bytes(packed, 'little'):08X}:{addr[1]:04X}"

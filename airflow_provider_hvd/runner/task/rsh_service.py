@@ -16,6 +16,7 @@ import threading
 from typing import Any
 
 from airflow_provider_hvd.runner.common.processes import kill_group, kill_tree
+from airflow_provider_hvd.runner.task.rank_environment import rank_base_env
 from airflow_provider_hvd.runner.wire import channel as channel_mod
 from airflow_provider_hvd.runner.wire.messages import LaunchEnv, Op, Stream
 
@@ -40,7 +41,7 @@ class RshService:
             return
         proc = subprocess.Popen(["/bin/sh", "-c", request["command"]], stdout=subprocess.PIPE,
                                 stderr=subprocess.PIPE, start_new_session=True,
-                                env={**os.environ, **this_hosts_rank_env()})
+                                env={**rank_base_env(), **this_hosts_rank_env()})
         with self._lock:
             self._procs.add(proc)
 
