@@ -22,7 +22,7 @@ test: setup
 test-tensorflow: setup-tensorflow
 	$(TF_VENV)/bin/python -m pytest -m tensorflow $(PYTEST_ARGS)
 
-# The fault-injection suite alone (also part of `make test`): writes docs/reliability.md (~6 min).
+# The fault-injection suite alone (also part of `make test`): writes docs/reliability.md (~10 min).
 faults: setup
 	HVD_RELIABILITY_REPORT=docs/reliability.md $(PY) -m pytest -m faults $(PYTEST_ARGS)
 
