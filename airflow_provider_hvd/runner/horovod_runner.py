@@ -145,11 +145,11 @@ class HorovodRunner:
             if publisher:
                 publisher.finish()
 
-    @staticmethod
-    def _stop(service: DriverService, timeline: bool) -> None:
+    def _stop(self, service: DriverService, timeline: bool) -> None:
         """Stop every rank still running. Launchers get a moment to report and, for rank 0,
-        to ship the last of the timeline; then every channel closes, which ends the rest."""
-        service.stop_ranks(grace=5.0 if timeline else 1.0)
+        to ship the last of the timeline, and mpirun to end its job through its daemons (the
+        wait ends as soon as they have left); then every channel closes, which ends the rest."""
+        service.stop_ranks(grace=5.0 if timeline or self.launcher == "mpi" else 1.0)
         service.close()
 
     def _run_local(self, n: int, secret: bytes, sealed_call: bytes, name: str) -> bytes | None:
