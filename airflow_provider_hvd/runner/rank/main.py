@@ -19,6 +19,8 @@ import sys
 import threading
 import traceback
 
+from airflow_provider_hvd.runner.wire.messages import LaunchEnv, Op, Role
+
 EXIT_EXCEPTION = 1
 EXIT_DRIVER_GONE = 75
 
@@ -41,8 +43,6 @@ def _watch_driver(channel) -> None:
 
 
 def _say_bye(channel) -> None:
-    from airflow_provider_hvd.runner.wire.messages import Op
-
     _finishing.set()
     channel.send_json({"op": Op.BYE})
     channel.close()
@@ -71,8 +71,6 @@ def _bootstrap() -> dict:
     secrets are removed from os.environ at once so that user code and its children never see them."""
     if "--mpi" not in sys.argv[1:]:
         return json.loads(sys.stdin.readline())
-    from airflow_provider_hvd.runner.wire.messages import LaunchEnv
-
     host, port = os.environ.pop(LaunchEnv.DRIVER).rsplit(":", 1)
     rank = int(os.environ["OMPI_COMM_WORLD_RANK"])
     boot = {"driver": [host, int(port)], "secret": os.environ.pop(LaunchEnv.SECRET), "rank": rank,
@@ -92,7 +90,6 @@ def main() -> int:
 
     from airflow_provider_hvd.runner.rank import context as rank_context, keras_guard, stall
     from airflow_provider_hvd.runner.wire import channel as channel_mod, payload
-    from airflow_provider_hvd.runner.wire.messages import LaunchEnv, Op, Role
 
     keras_guard.install()  # before the payload is unpickled: that may import TensorFlow
 
