@@ -18,6 +18,9 @@ class DriverLink:
         self._timeline_tail: TimelineTail | None = None
         self._timeline_done = threading.Event()
         self._timeline_thread: threading.Thread | None = None
+        # One reader of the tail at a time: the final read must not overtake a chunk the interval
+        # thread has read and not yet sent, or the driver would stage them out of order.
+        self._timeline_lock = threading.Lock()
 
     def send(self, message: dict[str, Any]) -> None:
         """Best effort: once the driver is gone there is nobody left to tell."""
@@ -46,12 +49,14 @@ class DriverLink:
         self._timeline_thread.start()
 
     def _send_timeline(self, final: bool) -> None:
-        chunk = self._timeline_tail.read_new(final=final)
-        if chunk:
-            try:
-                self.channel.send_json_with_bytes({"op": Op.TIMELINE, "size": len(chunk)}, chunk)
-            except OSError:
-                pass
+        """Send everything Horovod appended since the last call, one bounded chunk at a time.
+        The interval thread stops between chunks once ``finish`` has begun; the final call sends the rest."""
+        with self._timeline_lock:
+            while (final or not self._timeline_done.is_set()) and (chunk := self._timeline_tail.read_new(final=final)):
+                try:
+                    self.channel.send_json_with_bytes({"op": Op.TIMELINE, "size": len(chunk)}, chunk)
+                except OSError:
+                    return
 
     def finish(self, reports: list[dict[str, Any]]) -> None:
         """Ship the rest of the timeline (after a failure too), send the exit reports, say bye."""
