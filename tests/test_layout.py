@@ -16,7 +16,7 @@ PACKAGE = Path(__file__).resolve().parent.parent / "airflow_provider_hvd"
 RUNNER = "airflow_provider_hvd.runner"
 
 # What each part of runner/ may import from runner/ (itself always). The entry points
-# (horovod_runner, spark_app, checkpoint) may import anything below them.
+# (horovod_runner, spark_app, checkpoint, timeline_window) may import anything below them.
 ALLOWED = {
     "errors": set(),
     "defaults": set(),
@@ -26,7 +26,7 @@ ALLOWED = {
     "task": {"wire", "common", "errors", "defaults"},
     "driver": {"task", "wire", "common", "errors", "defaults"},
 }
-ENTRY_POINTS = {"horovod_runner", "spark_app", "checkpoint"}
+ENTRY_POINTS = {"horovod_runner", "spark_app", "checkpoint", "timeline_window"}
 AIRFLOW_LAYER = ("airflow", "airflow_provider_hvd.hooks", "airflow_provider_hvd.operators",
                  "airflow_provider_hvd.sensors", "airflow_provider_hvd.triggers", "airflow_provider_hvd.utils",
                  "airflow_provider_hvd.examples")

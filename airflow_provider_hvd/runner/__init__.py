@@ -5,6 +5,7 @@ A run spans three kinds of process, and the folders say which module runs where:
   horovod_runner   HorovodRunner: the public entry point, in the driver
   spark_app        the Spark application HorovodRunnerOperator submits (a driver process)
   checkpoint       save/latest/load checkpoints: rank 0 writes, anyone reads
+  timeline_window  a user's tool: cut a time window out of a timeline too large for the viewer
   errors           the exceptions a user can catch
   defaults         every default of a run, and the np check, once
 
@@ -20,7 +21,7 @@ A run spans three kinds of process, and the folders say which module runs where:
     local_launch     np < 0: the task layer's launchers, run by the driver itself
     dependencies     the top-level modules a call needs on the workers
     worker_diagnosis a worker whose Python cannot run ranks, in words
-    timeline_publisher  rank 0's timeline delivered as valid Chrome trace
+    timeline_publisher  rank 0's timeline: a bounded live view each interval, the complete file once
 
   task/            a barrier task on an executor (and, for np < 0, the driver's launcher threads)
     entry            the stage's entry point, shipped by value: checks the worker's Python first
