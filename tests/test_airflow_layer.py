@@ -51,6 +51,9 @@ def assert_digits_dag_trains(airflow, dag_id: str, epochs: int = 12) -> float:
     assert payload_file.parent.name == "try-1"
     timeline = json.loads(Path(train["timeline"].removeprefix("file://")).read_text())
     assert any(e.get("name") == "ALLREDUCE" for e in timeline)
+    # The live view sat beside it during training and was removed once the complete file was written.
+    assert train["timeline_live"] == train["timeline"].removesuffix(".json") + ".live.json"
+    assert not Path(train["timeline_live"].removeprefix("file://")).exists()
     found = xcoms(airflow, dag_id, "wait_for_artifacts")["return_value"]
     assert found["checkpoint"].endswith(f"ckpt-{epochs:010d}.pt") and found["timeline"] == train["timeline"]
     return accuracy

@@ -21,6 +21,7 @@ from airflow_provider_hvd.runner.checkpoint import (
     checkpoint_step,
     latest_checkpoint,
 )
+from airflow_provider_hvd.runner.driver.timeline_publisher import live_view_location
 from airflow_provider_hvd.runner.errors import PayloadError
 from airflow_provider_hvd.runner.wire import payload
 
@@ -49,7 +50,10 @@ class HorovodRunnerOperator(BaseOperator):
     :param storage_path: where payloads, results, timelines and checkpoints go; any
         ObjectStoragePath URL (templated). Defaults to the connection's, then a local folder.
     :param timeline: ``True`` records the Horovod Timeline to ``<try prefix>/timeline.json``;
-        a path records it there (templated). Pushed to XCom as ``timeline``.
+        a path records it there (templated). The complete file is written there when
+        training ends; while it runs, a live view of the most recent events is refreshed
+        beside it (``timeline.live.json``). XCom: ``timeline`` (the complete file) and
+        ``timeline_live`` (the live view, removed once the complete file is written).
     :param checkpoint_path: checkpoint folder exported to ranks as ``HVD_CHECKPOINT_DIR``
         (``airflow_provider_hvd.checkpoint_dir()``); default ``<try prefix>/checkpoints``
         (templated). Pushed to XCom as ``checkpoint_dir``.
@@ -61,7 +65,9 @@ class HorovodRunnerOperator(BaseOperator):
     :param driver_log_verbosity: ``all`` or ``log_callback_only`` (default: the connection's, else ``all``).
     :param launcher: ``auto`` or ``gloo`` (default: the connection's, else ``auto``).
     :param start_timeout: seconds for every rank to start.
-    :param timeline_interval: seconds between timeline snapshots during training.
+    :param timeline_interval: seconds between refreshes of the timeline's live view.
+    :param timeline_live_bytes: size of the live view's window of recent events (default
+        8 MiB); 0: no live view.
     """
 
     template_fields: Sequence[str] = ("op_kwargs", "storage_path", "timeline", "checkpoint_path",
@@ -76,7 +82,8 @@ class HorovodRunnerOperator(BaseOperator):
                  env: dict[str, str] | None = None, conf: dict[str, Any] | None = None,
                  driver_log_verbosity: str | None = None, launcher: str | None = None,
                  start_timeout: float = defaults.START_TIMEOUT_S,
-                 timeline_interval: float = defaults.TIMELINE_INTERVAL_S, **kwargs: Any) -> None:
+                 timeline_interval: float = defaults.TIMELINE_INTERVAL_S,
+                 timeline_live_bytes: int = defaults.TIMELINE_LIVE_BYTES, **kwargs: Any) -> None:
         super().__init__(**kwargs)
         if not callable(python_callable):
             raise TypeError(f"python_callable must be a function, got {type(python_callable).__name__}")
@@ -95,6 +102,7 @@ class HorovodRunnerOperator(BaseOperator):
         self.launcher = launcher
         self.start_timeout = start_timeout
         self.timeline_interval = timeline_interval
+        self.timeline_live_bytes = defaults.check_timeline_live_bytes(timeline_live_bytes)
         self._submit_hook: HorovodSparkSubmitHook | None = None
 
     @cached_property
@@ -131,11 +139,14 @@ class HorovodRunnerOperator(BaseOperator):
                 "--verbosity", self.driver_log_verbosity or self.hook.setting("driver_log_verbosity",
                                                                               defaults.DRIVER_LOG_VERBOSITY),
                 "--launcher", self.launcher or self.hook.setting("launcher", defaults.LAUNCHER),
-                "--start-timeout", str(self.start_timeout), "--timeline-interval", str(self.timeline_interval)]
+                "--start-timeout", str(self.start_timeout), "--timeline-interval", str(self.timeline_interval),
+                "--timeline-live-bytes", str(self.timeline_live_bytes)]
         if self.timeline:
             timeline_path = prefix / "timeline.json" if self.timeline is True else ObjectStoragePath(self.timeline)
             args += ["--timeline", plain_url(timeline_path)]
             ti.xcom_push(key="timeline", value=str(timeline_path))
+            if self.timeline_live_bytes:
+                ti.xcom_push(key="timeline_live", value=live_view_location(str(timeline_path)))
 
         self._submit_hook = self._make_submit_hook(key, args, rank_env, context)
         self.log.info("Submitting the Horovod application (np=%d) to Spark master %s", self.np,

@@ -17,6 +17,19 @@ STALL_TIMEOUT_S = 600.0
 TIMEOUT_S: float | None = None
 SLOT_WAIT_TIMEOUT_S = 30.0
 TIMELINE_INTERVAL_S = 5.0
+# The timeline's live view: the most recent events, as a valid trace of at most this size
+# (Perfetto and chrome://tracing open it in a second); 0 turns the live view off.
+TIMELINE_LIVE_BYTES = 8 << 20
+
+
+def check_timeline_live_bytes(value: object) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise ValueError(f"timeline_live_bytes takes an int >= 0 (bytes of recent events in the live view; 0 turns "
+                         f"it off), got {value!r}")
+    if 0 < value < 64 << 10:
+        raise ValueError(f"timeline_live_bytes={value} is too small to hold a useful window of events: pass at "
+                         f"least {64 << 10} (64 KiB), or 0 to turn the live view off")
+    return value
 
 
 def check_np(np: object) -> int:

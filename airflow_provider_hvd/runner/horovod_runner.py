@@ -57,9 +57,15 @@ class HorovodRunner:
         defaults to printing on stdout.
     :param timeline: where to deliver the Horovod Timeline recorded on rank 0: a
         path or an fsspec URL, as seen from the driver. Defaults to
-        ``HOROVOD_TIMELINE`` from ``env`` or the driver's environment. A valid
-        Chrome-trace snapshot lands there every ``timeline_interval`` seconds while
-        training runs, and the whole timeline at the end, also when training fails.
+        ``HOROVOD_TIMELINE`` from ``env`` or the driver's environment. The complete
+        timeline is written there once, when training ends (also when it fails), byte
+        for byte what Horovod wrote. While training runs, a live view
+        (``<name>.live.json`` beside it: a valid Chrome trace of the most recent
+        ``timeline_live_bytes`` of events) is refreshed every ``timeline_interval``
+        seconds; it is removed once the complete file is written.
+    :param timeline_interval: seconds between refreshes of the live view.
+    :param timeline_live_bytes: size of the live view's window (default 8 MiB); 0: no
+        live view, only the complete file at the end.
     """
 
     def __init__(self, *, np: int, driver_log_verbosity: str = defaults.DRIVER_LOG_VERBOSITY,
@@ -67,7 +73,8 @@ class HorovodRunner:
                  start_timeout: float = defaults.START_TIMEOUT_S, spark=None,
                  slot_wait_timeout: float = defaults.SLOT_WAIT_TIMEOUT_S, log_sink: LogSink | None = None,
                  timeline: str | os.PathLike | None = None, timeline_interval: float = defaults.TIMELINE_INTERVAL_S,
-                 mpi_args: list[str] | tuple[str, ...] = (), stall_timeout: float | None = defaults.STALL_TIMEOUT_S,
+                 timeline_live_bytes: int = defaults.TIMELINE_LIVE_BYTES, mpi_args: list[str] | tuple[str, ...] = (),
+                 stall_timeout: float | None = defaults.STALL_TIMEOUT_S,
                  timeout: float | None = defaults.TIMEOUT_S):
         np = defaults.check_np(np)
         if driver_log_verbosity not in defaults.VERBOSITIES:
@@ -102,6 +109,7 @@ class HorovodRunner:
         if not timeline_interval > 0:
             raise ValueError(f"timeline_interval must be > 0 seconds, got {timeline_interval!r}")
         self.timeline_interval = float(timeline_interval)
+        self.timeline_live_bytes = defaults.check_timeline_live_bytes(timeline_live_bytes)
 
     def run(self, main: Callable[..., Any], **kwargs: Any) -> Any:
         """Call ``main(**kwargs)`` on every rank; return rank 0's return value.
@@ -135,7 +143,8 @@ class HorovodRunner:
                      tasks: int = 0) -> Iterator[DriverService]:
         """The driver's services for one run: payload/log/result/rendezvous service, timeline.
         Closing them is what stops every rank, so it happens on every way out."""
-        publisher = TimelinePublisher(self.timeline) if self.timeline else None
+        publisher = (TimelinePublisher(self.timeline, self.timeline_interval, self.timeline_live_bytes)
+                     if self.timeline else None)
         service = DriverService(secret, sealed_call, self._log_sink, host=host,
                                 on_timeline=publisher.add if publisher else None, tasks=tasks)
         try:

@@ -42,6 +42,7 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("--np", type=int, required=True)
     parser.add_argument("--timeline")
     parser.add_argument("--timeline-interval", type=float, default=defaults.TIMELINE_INTERVAL_S)
+    parser.add_argument("--timeline-live-bytes", type=int, default=defaults.TIMELINE_LIVE_BYTES)
     parser.add_argument("--verbosity", default=defaults.DRIVER_LOG_VERBOSITY)
     parser.add_argument("--launcher", default=defaults.LAUNCHER)
     parser.add_argument("--start-timeout", type=float, default=defaults.START_TIMEOUT_S)
@@ -77,7 +78,8 @@ def main(argv: list[str] | None = None) -> int:
         spark = SparkSession.builder.getOrCreate()
         runner = HorovodRunner(np=args.np, driver_log_verbosity=args.verbosity, launcher=args.launcher,
                                env=rank_env, start_timeout=args.start_timeout,
-                               timeline=args.timeline, timeline_interval=args.timeline_interval, spark=spark)
+                               timeline=args.timeline, timeline_interval=args.timeline_interval,
+                               timeline_live_bytes=args.timeline_live_bytes, spark=spark)
         value = runner.run(fn, **kwargs)
         atomic_write(args.result, payload.seal(payload.dumps_result(value), key, payload.KIND_RESULT))
         return 0

@@ -19,7 +19,10 @@ class HorovodArtifactSensor(BaseSensorOperator):
     Follows the standard provider's FileSensor: with ``deferrable=True`` it defers
     to :class:`HorovodArtifactTrigger` only when its first poke finds nothing.
 
-    :param timeline_path: timeline file (templated), e.g. ``{{ ti.xcom_pull('train', key='timeline') }}``.
+    :param timeline_path: timeline file (templated), e.g. ``{{ ti.xcom_pull('train', key='timeline') }}``:
+        the complete timeline, written once when training ends (also when it fails). To watch
+        training while it runs, open the live view instead (XCom ``timeline_live``), which the
+        runner refreshes during training and removes at the end.
     :param checkpoint_dir: folder of checkpoints (templated), e.g. ``{{ ti.xcom_pull('train', key='checkpoint_dir') }}``.
     :param newer_than: only artifacts modified after this time count (templated; ISO string
         or datetime), e.g. ``{{ dag_run.start_date }}`` for this run's own checkpoint.

@@ -1,75 +1,287 @@
 """The Horovod Timeline, delivered where the user asked, during the run and after it (driver side).
 
-Horovod's rank 0 writes a Chrome-trace JSON array to a local file (``HOROVOD_TIMELINE``),
-rewriting its last byte as each event is appended. The rank's launcher tails that
-file and sends the bytes that can no longer change to the driver every few seconds; the driver
-appends them to a staging file and publishes a *valid* snapshot (the array closed)
-to the destination, a local path or any fsspec URL, atomically. So a person or a
-sensor can open the timeline in chrome://tracing or Perfetto mid-run, and it is
-delivered when training fails too. The destination is seen from the driver.
+Horovod's rank 0 writes a Chrome-trace JSON array to a local file (``HOROVOD_TIMELINE``).
+Its launcher tails that file (task/timeline_tail.py) and sends the bytes that can no
+longer change to the driver, in bounded chunks, every ``timeline_interval`` seconds. Here
+each chunk is appended to a staging file on the driver's disk and feeds two outputs:
+
+* the **live view**, ``<name>.live.json`` next to the destination: a valid Chrome trace
+  of the most recent ``live_bytes`` of events, with the metadata events that name every
+  tensor's row, rewritten at most once per interval and only when events arrived. Its
+  size, so the cost of each publish, does not grow with the run. Removed once the
+  complete file is written.
+* the **complete timeline** at the destination, written once when training ends (also
+  when it fails): the staging file streamed to storage in blocks and closed as a JSON
+  array, byte for byte what Horovod itself wrote when it shut down cleanly. An object
+  store gets one upload, never a rewrite of what it already holds.
+
+The driver holds at most the live window, the metadata events (one pair per tensor name,
+capped) and one chunk in memory, whatever the size of the timeline; the staging file on
+the driver's disk grows with it (``TMPDIR`` decides where). The destination is seen from
+the driver.
 """
 
 from __future__ import annotations
 
+import collections
 import logging
 import os
 import tempfile
 import threading
+import time
+from collections.abc import Iterator
 
-from airflow_provider_hvd.runner.common.storage import atomic_write
+from airflow_provider_hvd.runner.common.storage import atomic_write_stream, fs_and_path
 
 log = logging.getLogger("airflow_provider_hvd.runner")
 
+LIVE_SUFFIX = ".live.json"
+# Horovod registers each tensor name as a "process" with two metadata events (~150 bytes);
+# a model has a few hundred to a few thousand tensors. Past this cap new names are left
+# out of the live view (their rows show as numbers); the complete file has them all.
+METADATA_MAX_BYTES = 1 << 20
+_STREAM_BLOCK = 8 << 20
+_FINAL_WRITE_ATTEMPTS = 3
+
+
+def live_view_location(destination: str) -> str:
+    """``.../timeline.json`` -> ``.../timeline.live.json`` (any other name gets the suffix appended)."""
+    destination = str(destination)
+    stem = destination[:-len(".json")] if destination.endswith(".json") else destination
+    return stem + LIVE_SUFFIX
+
 
 def chrome_trace_snapshot(raw: bytes) -> bytes:
-    """Close Horovod's open JSON array: drop a trailing comma and append ``]``."""
-    text = raw.rstrip()
-    if not text:
-        return b"[]\n"
-    if text.endswith(b"]"):
-        return text + b"\n"
-    if text.endswith(b","):
-        text = text[:-1]
-    return text + b"\n]\n"
+    """Close Horovod's open JSON array (small inputs: tests and the live view)."""
+    body, closing = _closed_body(raw)
+    return raw[:body] + closing
+
+
+def _closed_body(tail: bytes) -> tuple[int, bytes]:
+    """Where Horovod's array (whose last bytes are ``tail``) must be cut, and what closes it.
+
+    Horovod ends the file with ``}]`` when it shuts down cleanly: kept as is. While it
+    runs, or after a crash, the file ends with ``},`` or with half an event: cut after
+    the last whole event and close with ``]``.
+    """
+    end = len(tail.rstrip())
+    text = tail[:end]
+    if text.endswith(b"}]"):
+        return end, b""
+    if text.endswith(b"},"):
+        return end - 1, b"]"
+    cut = text.rfind(b"},")
+    if cut < 0:  # no whole event: an empty trace
+        return 0, b"[]"
+    return cut + 1, b"]"
+
+
+def _event_boundary_after(data: bytes, start: int) -> int:
+    """Index of the first event that begins at or after ``start`` (Horovod separates events with ``},``)."""
+    cut = data.find(b"},", max(0, start - 2))
+    if cut < 0:
+        return len(data)
+    cut += 2
+    while cut < len(data) and data[cut:cut + 1] in (b"\n", b" "):
+        cut += 1
+    return cut
 
 
 class TimelinePublisher:
-    """Driver side: stage the chunks and publish a valid snapshot on each (the launcher
-    sends at most one chunk per interval, so that is the publishing rate too)."""
+    """Driver side: stage every chunk, publish a bounded live view each interval, the whole file at the end.
 
-    def __init__(self, destination: str):
+    :param destination: the complete timeline's path or fsspec URL.
+    :param interval: seconds between live-view publishes.
+    :param live_bytes: size of the live view's window of recent events; 0: no live view,
+        only the complete file at the end.
+    """
+
+    def __init__(self, destination: str, interval: float, live_bytes: int):
         self.destination = str(destination)
-        fd, self._staging = tempfile.mkstemp(prefix="hvd-timeline-", suffix=".json")
-        os.close(fd)
+        self.live_destination = live_view_location(self.destination) if live_bytes else None
+        self.interval = float(interval)
+        self.live_bytes = int(live_bytes)
+        fd, self._staging_path = tempfile.mkstemp(prefix="hvd-timeline-", suffix=".json")
+        self._staging = os.fdopen(fd, "wb")
         self._lock = threading.Lock()
+        self._window: collections.deque[bytes] = collections.deque()
+        self._window_size = 0
+        self._metadata: dict[bytes, bytes] = {}
+        self._metadata_size = 0
+        self._metadata_full_logged = False
         self._dirty = False
-        self.published = 0
+        # What was written, for the logs, the tests and bench/: counts and sizes, not a history.
+        self.staged_bytes = 0
+        self.live_publishes = 0
+        self.live_bytes_max = 0
+        self.live_bytes_total = 0
+        self.final_bytes = 0
+        self._stopped = threading.Event()
+        self._thread = None
+        if self.live_destination:
+            self._thread = threading.Thread(target=self._publish_live_loop, name="hvd-timeline-live", daemon=True)
+            self._thread.start()
+            log.info("HorovodRunner: timeline: live view (the last %.1f MiB of events) at %s every %g s; the "
+                     "complete timeline goes to %s when training ends", self.live_bytes / 2**20,
+                     self.live_destination, self.interval, self.destination)
+        else:
+            log.info("HorovodRunner: timeline: the complete timeline goes to %s when training ends (no live view)",
+                     self.destination)
+
+    # -- chunks from rank 0's launcher (a service thread) -------------------------------------------------------
 
     def add(self, chunk: bytes) -> None:
         with self._lock:
-            with open(self._staging, "ab") as f:
-                f.write(chunk)
+            first = self.staged_bytes == 0
+            self._staging.write(chunk)
+            self.staged_bytes += len(chunk)
+            if not self.live_destination:
+                return
+            self._keep_metadata(chunk)
+            if first:  # Horovod's opening "[": the live view writes its own
+                chunk = chunk.lstrip()[1:] if chunk.lstrip().startswith(b"[") else chunk
+            self._window.append(chunk)
+            self._window_size += len(chunk)
+            self._trim_window()
             self._dirty = True
-            self._publish()
 
-    def _publish(self) -> None:
-        with open(self._staging, "rb") as f:
-            snapshot = chrome_trace_snapshot(f.read())
+    def _keep_metadata(self, chunk: bytes) -> None:
+        """Keep Horovod's metadata events (tensor names, sort order, start time): a window that
+        starts mid-run would otherwise show bare numbers instead of tensor names."""
+        at = chunk.find(b'"ph": "M"')
+        while at >= 0:
+            start = chunk.rfind(b"{", 0, at)
+            end = chunk.find(b"},", at)
+            end = end + 1 if end >= 0 else len(chunk)
+            # bytes(): the channel hands chunks over as bytearrays, which cannot be keys.
+            event = bytes(chunk[start:end].rstrip().rstrip(b"]").rstrip())
+            key = event.split(b'"args"', 1)[0]
+            if key not in self._metadata:
+                if self._metadata_size + len(event) <= METADATA_MAX_BYTES:
+                    self._metadata[key] = event
+                    self._metadata_size += len(event)
+                elif not self._metadata_full_logged:
+                    self._metadata_full_logged = True
+                    log.warning("HorovodRunner: timeline: more tensor names than the live view keeps (%d KiB of "
+                                "metadata); later ones show as numbers there, the complete file has them all",
+                                METADATA_MAX_BYTES >> 10)
+            at = chunk.find(b'"ph": "M"', end)
+
+    def _trim_window(self) -> None:
+        while self._window_size > self.live_bytes:
+            oldest = self._window.popleft()
+            self._window_size -= len(oldest)
+            excess = self._window_size + len(oldest) - self.live_bytes
+            if excess < len(oldest):  # keep the part of the oldest chunk that fits, from an event boundary
+                kept = oldest[_event_boundary_after(oldest, excess):]
+                if kept:
+                    self._window.appendleft(kept)
+                    self._window_size += len(kept)
+                return
+
+    def live_view(self) -> bytes:
+        """The live view as it would be published now: a valid Chrome trace."""
+        return b"".join(self._live_view_parts())
+
+    def _live_view_parts(self) -> list[bytes]:
+        """The live view as a list of parts, without copying the window: the deque only ever drops
+        its references to old chunks, so the chunks listed here stay as they are while written."""
+        with self._lock:
+            chunks = list(self._window)
+            metadata = list(self._metadata.values())
+        while chunks:  # the newest events end with "," (more to come) or "]" (Horovod shut down)
+            last = chunks[-1].rstrip()
+            last = last[:-1].rstrip() if last.endswith(b"]") else last
+            last = last.rstrip(b",").rstrip()
+            if last:
+                chunks[-1] = last
+                break
+            chunks.pop()
+        metadata_part = b",\n".join(metadata)
+        separator = b",\n" if metadata_part and chunks else b""
+        return [b"[\n", metadata_part, separator, *chunks, b"\n]\n"]
+
+    # -- publishing ----------------------------------------------------------------------------------------------
+
+    def _publish_live_loop(self) -> None:
+        while not self._stopped.wait(self.interval):
+            self._publish_live()
+
+    def _publish_live(self) -> None:
+        with self._lock:
+            if not self._dirty:
+                return
+            self._dirty = False
+        parts = self._live_view_parts()
+        size = sum(len(p) for p in parts)
         try:
-            atomic_write(self.destination, snapshot)
-            self.published += 1
-        except Exception as exc:  # a storage hiccup must not fail training; the next publish retries
-            log.warning("HorovodRunner: could not write the timeline to %s: %s", self.destination, exc)
+            atomic_write_stream(self.live_destination, parts)
+        except Exception as exc:  # a storage hiccup must not fail training; the next interval retries
+            log.warning("HorovodRunner: could not write the timeline's live view to %s: %s",
+                        self.live_destination, exc)
+            with self._lock:
+                self._dirty = True
             return
-        self._dirty = False
+        self.live_publishes += 1
+        self.live_bytes_max = max(self.live_bytes_max, size)
+        self.live_bytes_total += size
+
+    def _complete_timeline(self) -> Iterator[bytes]:
+        """The staging file closed as a JSON array, in blocks: never more than one block in memory."""
+        size = os.path.getsize(self._staging_path)
+        with open(self._staging_path, "rb") as f:
+            tail_start = max(0, size - 65536)
+            f.seek(tail_start)
+            body, closing = _closed_body(f.read())
+            body += tail_start
+            self.final_bytes = body + len(closing)
+            f.seek(0)
+            left = body
+            while left > 0:
+                block = f.read(min(_STREAM_BLOCK, left))
+                if not block:
+                    break
+                left -= len(block)
+                yield block
+        yield closing
 
     def finish(self) -> None:
-        """Publish what arrived (also after a failed run) and remove the staging file."""
+        """Write the complete timeline (also after a failed run), then remove the live view and the staging file."""
+        self._stopped.set()
+        if self._thread is not None:
+            self._thread.join()  # a live publish in progress ends before the live view is removed
+        t0 = time.monotonic()
         with self._lock:
-            if self._dirty or self.published == 0:
-                self._publish()
+            self._staging.close()
             try:
-                os.unlink(self._staging)
-            except FileNotFoundError:
-                pass
-        log.info("HorovodRunner: timeline written to %s", self.destination)
+                for attempt in range(1, _FINAL_WRITE_ATTEMPTS + 1):
+                    try:
+                        atomic_write_stream(self.destination, self._complete_timeline())
+                        break
+                    except Exception as exc:
+                        if attempt == _FINAL_WRITE_ATTEMPTS:
+                            log.error("HorovodRunner: could not write the timeline to %s after %d attempts: %s",
+                                      self.destination, attempt, exc)
+                            if self.live_destination and self.live_publishes:
+                                log.error("HorovodRunner: the timeline's live view stays at %s",
+                                          self.live_destination)
+                            return
+                        log.warning("HorovodRunner: writing the timeline to %s failed (%s); retrying",
+                                    self.destination, exc)
+                        time.sleep(attempt)
+                log.info("HorovodRunner: timeline written to %s (%.1f MiB in %.1f s)", self.destination,
+                         self.final_bytes / 2**20, time.monotonic() - t0)
+                if self.live_destination and self.live_publishes:
+                    fs, path = fs_and_path(self.live_destination)
+                    try:
+                        fs.rm(path)
+                    except FileNotFoundError:
+                        pass
+                    except Exception as exc:
+                        log.warning("HorovodRunner: could not remove the timeline's live view %s: %s",
+                                    self.live_destination, exc)
+            finally:
+                try:
+                    os.unlink(self._staging_path)
+                except FileNotFoundError:
+                    pass
