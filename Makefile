@@ -30,7 +30,8 @@ faults: setup
 demo: setup
 	scripts/demo.sh
 
-# Against the peers, same run, same session: writes docs/benchmarks.md and its plots (~10 min).
+# Against the peers, same run, same session: writes docs/benchmarks.md and its plots (~20 min;
+# `bench/run.py --only timeline` measures one section again).
 bench: setup
 	$(PY) bench/run.py
 
