@@ -201,3 +201,22 @@ def test_tail_restores_a_closing_bracket_horovod_has_since_overwritten(tmp_path)
     shipped = tail.read_new() + tail.read_new(final=True)
     assert shipped == b'[\n{"ph": "B", "ts": 1, "pid": 1},{"ph": "E", "ts": 2, "pid": 1},\n{"ph": "B", "ts": 3}]'
     assert [e["ts"] for e in json.loads(shipped)] == [1, 2, 3]
+
+
+def test_undeliverable_timeline_stays_on_the_driver(tmp_path, caplog, no_leftovers):
+    """Storage refuses the complete timeline (here: its folder is a file): training still returns, the
+    error names the destination and where the complete timeline was kept, and that file is whole."""
+    import logging
+    import re
+
+    (tmp_path / "not-a-folder").write_text("")
+    url = f"file://{tmp_path}/not-a-folder/timeline.json"
+    with caplog.at_level(logging.INFO, logger="airflow_provider_hvd.runner"):
+        assert HorovodRunner(np=-2, timeline=url, timeline_live_bytes=0).run(rf.allreduce_steps, steps=10) == 10
+    message = next(r.getMessage() for r in caplog.records if "could not write the timeline" in r.getMessage())
+    assert "not-a-folder/timeline.json after 3 attempts" in message
+    kept = Path(re.search(r"stays on the driver at (\S+)", message).group(1))
+    try:
+        assert_allreduce_events(json.loads(kept.read_bytes()))
+    finally:
+        kept.unlink()

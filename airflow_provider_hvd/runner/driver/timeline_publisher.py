@@ -260,8 +260,13 @@ class TimelinePublisher:
                         break
                     except Exception as exc:
                         if attempt == _FINAL_WRITE_ATTEMPTS:
-                            log.error("HorovodRunner: could not write the timeline to %s after %d attempts: %s",
-                                      self.destination, attempt, exc)
+                            # Nothing is lost: the staging file is the complete timeline (Horovod's
+                            # file as rank 0 left it), kept on the driver's disk for the user to copy.
+                            kept = self._staging_path
+                            self._staging_path = None
+                            log.error("HorovodRunner: could not write the timeline to %s after %d attempts: %s. "
+                                      "The complete timeline stays on the driver at %s", self.destination,
+                                      attempt, exc, kept)
                             if self.live_destination and self.live_publishes:
                                 log.error("HorovodRunner: the timeline's live view stays at %s",
                                           self.live_destination)
@@ -281,7 +286,8 @@ class TimelinePublisher:
                         log.warning("HorovodRunner: could not remove the timeline's live view %s: %s",
                                     self.live_destination, exc)
             finally:
-                try:
-                    os.unlink(self._staging_path)
-                except FileNotFoundError:
-                    pass
+                if self._staging_path is not None:
+                    try:
+                        os.unlink(self._staging_path)
+                    except FileNotFoundError:
+                        pass
