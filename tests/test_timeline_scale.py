@@ -138,8 +138,14 @@ def s3_server(tmp_path_factory):
                 time.sleep(0.2)
         yield f"http://127.0.0.1:{port}"
     finally:
+        # moto.server turns SIGTERM into sys.exit() inside a signal handler, which a request in progress
+        # can swallow: one dev run left a server behind. SIGKILL whatever is still there after 10 s.
         server.terminate()
-        server.wait(10)
+        try:
+            server.wait(10)
+        except subprocess.TimeoutExpired:
+            server.kill()
+            server.wait(10)
 
 
 @pytest.fixture
