@@ -52,7 +52,7 @@ def live_view_location(destination: str) -> str:
 
 
 def chrome_trace_snapshot(raw: bytes) -> bytes:
-    """Close Horovod's open JSON array (small inputs: tests and the live view)."""
+    """Close Horovod's open JSON array held whole in memory (tests: the same cut the final write makes)."""
     body, closing = _closed_body(raw)
     return raw[:body] + closing
 
@@ -85,6 +85,21 @@ def _event_boundary_after(data: bytes, start: int) -> int:
     while cut < len(data) and data[cut:cut + 1] in (b"\n", b" "):
         cut += 1
     return cut
+
+
+def _live_view_parts(chunks: list[bytes], metadata: list[bytes]) -> list[bytes]:
+    """The live view (a valid Chrome trace) as parts to write one after another: no copy of the window."""
+    while chunks:  # the newest events end with "," (more to come) or "]" (Horovod shut down)
+        last = chunks[-1].rstrip()
+        last = last[:-1].rstrip() if last.endswith(b"]") else last
+        last = last.rstrip(b",").rstrip()
+        if last:
+            chunks[-1] = last
+            break
+        chunks.pop()
+    metadata_part = b",\n".join(metadata)
+    separator = b",\n" if metadata_part and chunks else b""
+    return [b"[\n", metadata_part, separator, *chunks, b"\n]\n"]
 
 
 class TimelinePublisher:
@@ -179,28 +194,6 @@ class TimelinePublisher:
                     self._window_size += len(kept)
                 return
 
-    def live_view(self) -> bytes:
-        """The live view as it would be published now: a valid Chrome trace."""
-        return b"".join(self._live_view_parts())
-
-    def _live_view_parts(self) -> list[bytes]:
-        """The live view as a list of parts, without copying the window: the deque only ever drops
-        its references to old chunks, so the chunks listed here stay as they are while written."""
-        with self._lock:
-            chunks = list(self._window)
-            metadata = list(self._metadata.values())
-        while chunks:  # the newest events end with "," (more to come) or "]" (Horovod shut down)
-            last = chunks[-1].rstrip()
-            last = last[:-1].rstrip() if last.endswith(b"]") else last
-            last = last.rstrip(b",").rstrip()
-            if last:
-                chunks[-1] = last
-                break
-            chunks.pop()
-        metadata_part = b",\n".join(metadata)
-        separator = b",\n" if metadata_part and chunks else b""
-        return [b"[\n", metadata_part, separator, *chunks, b"\n]\n"]
-
     # -- publishing ----------------------------------------------------------------------------------------------
 
     def _publish_live_loop(self) -> None:
@@ -212,7 +205,9 @@ class TimelinePublisher:
             if not self._dirty:
                 return
             self._dirty = False
-        parts = self._live_view_parts()
+            # The deque only ever drops its references to old chunks, so these stay as they are while written.
+            chunks, metadata = list(self._window), list(self._metadata.values())
+        parts = _live_view_parts(chunks, metadata)
         size = sum(len(p) for p in parts)
         try:
             atomic_write_stream(self.live_destination, parts)
