@@ -21,6 +21,8 @@ _LAZY = {
     "latest_checkpoint": "airflow_provider_hvd.runner.checkpoint",
     "checkpoint_dir": "airflow_provider_hvd.runner.checkpoint",
     "resume_checkpoint": "airflow_provider_hvd.runner.checkpoint",
+    "resume_is_restart": "airflow_provider_hvd.runner.checkpoint",
+    "restart_number": "airflow_provider_hvd.runner.checkpoint",
     "HorovodRunError": "airflow_provider_hvd.runner.errors",
     "RankFailedError": "airflow_provider_hvd.runner.errors",
     "PayloadError": "airflow_provider_hvd.runner.errors",
@@ -28,6 +30,7 @@ _LAZY = {
     "StartTimeoutError": "airflow_provider_hvd.runner.errors",
     "ClusterCapacityError": "airflow_provider_hvd.runner.errors",
     "MpiDaemonCrashError": "airflow_provider_hvd.runner.errors",
+    "SparkStageError": "airflow_provider_hvd.runner.errors",
 }
 
 __all__ = ["__version__", *_LAZY]

@@ -251,3 +251,44 @@ def reinit_with_process_sets(cycles=3, reinit=True):
     if not reinit:
         hvd.shutdown()
     return seen
+
+
+def steps_with_restarts(steps, kill_on_attempts=(0,), kill_rank=1, kill_at=None, how="signal",
+                        partial_write=False):
+    """Count `steps` allreduce steps, saving a checkpoint of the step counter on rank 0 after each,
+    resuming from `resume_checkpoint()`. On the attempts in `kill_on_attempts`, rank `kill_rank`
+    fails at step `kill_at` (default: halfway): `how="signal"` SIGKILLs itself (a preemption),
+    `"raise"` raises, `"exit"` exits with code 3. `partial_write`: rank 0 first leaves a torn
+    temporary checkpoint file (what a rank killed mid-write leaves). Returns what rank 0 saw."""
+    import horovod.torch as hvd
+    import torch
+
+    from airflow_provider_hvd import (checkpoint_dir, load_checkpoint, restart_number, resume_checkpoint,
+                                      resume_is_restart, save_checkpoint)
+    from airflow_provider_hvd.runner.common.storage import tmp_name
+
+    hvd.init()
+    attempt = restart_number()
+    resume = resume_checkpoint()
+    start = int(load_checkpoint(resume)["step"]) if resume else 0
+    kill_at = steps // 2 if kill_at is None else kill_at
+    if attempt in kill_on_attempts and hvd.rank() == kill_rank and kill_at == 0:
+        os.kill(os.getpid(), signal.SIGKILL)  # before this attempt wrote anything
+    for step in range(start, steps):
+        hvd.allreduce(torch.ones(2), name="grad")
+        if hvd.rank() == 0:
+            save_checkpoint({"step": step + 1}, checkpoint_dir(), step=step + 1)
+        hvd.allreduce(torch.ones(1), name="saved")  # every rank knows the checkpoint is there
+        if attempt in kill_on_attempts and hvd.rank() == kill_rank and step + 1 == kill_at:
+            if partial_write:
+                with open(os.path.join(checkpoint_dir(), tmp_name("ckpt-torn.pt", os.environ["HVD_RUN_ID"])),
+                          "wb") as f:
+                    f.write(b"torn")
+            print(f"rank {hvd.rank()} fails at step {step + 1} of attempt {attempt} ({how})", flush=True)
+            if how == "signal":
+                os.kill(os.getpid(), signal.SIGKILL)
+            if how == "exit":
+                os._exit(3)
+            raise RuntimeError(f"user code failed at step {step + 1}")
+    return {"attempt": attempt, "resumed_from": resume, "resume_is_restart": resume_is_restart(),
+            "started_at": start, "steps": steps}

@@ -77,8 +77,8 @@ def train_digits(data_dir: str, epochs: int = 20, lr: float = 0.05, batch_size: 
     import horovod.torch as hvd
     import torch
 
-    from airflow_provider_hvd import (checkpoint_dir, load_checkpoint, log_to_driver, resume_checkpoint,
-                                      save_checkpoint)
+    from airflow_provider_hvd import (checkpoint_dir, load_checkpoint, log_to_driver, restart_number,
+                                      resume_checkpoint, resume_is_restart, save_checkpoint)
 
     hvd.init()
     device = torch.device("cpu")
@@ -95,13 +95,20 @@ def train_digits(data_dir: str, epochs: int = 20, lr: float = 0.05, batch_size: 
     optimizer = torch.optim.SGD(model.parameters(), lr=lr * hvd.size(), momentum=0.9)
 
     start_epoch = 0
+    end_epoch = epochs
     resume = resume_checkpoint()
     if resume:  # every rank reads it; broadcast below makes sure they agree
         state = load_checkpoint(resume)
         model.load_state_dict(state["model"])
         optimizer.load_state_dict(state["optimizer"])
         start_epoch = int(state["epoch"])
-        log_to_driver(f"resumed from {resume} at epoch {start_epoch}")
+        # After a restart (max_restarts) the run carries on to the epoch it aimed at; a new run
+        # resuming an earlier one's checkpoint (retraining) trains `epochs` more.
+        end_epoch = int(state.get("end_epoch", start_epoch + epochs)) if resume_is_restart() else start_epoch + epochs
+        log_to_driver(f"resumed from {resume} at epoch {start_epoch}"
+                      + (f" (restart {restart_number()}, training to epoch {end_epoch})" if resume_is_restart() else ""))
+    elif restart_number():
+        log_to_driver(f"restart {restart_number()}: no checkpoint yet, training from epoch 0")
 
     optimizer = hvd.DistributedOptimizer(optimizer, named_parameters=model.named_parameters())
     hvd.broadcast_parameters(model.state_dict(), root_rank=0)
@@ -110,7 +117,7 @@ def train_digits(data_dir: str, epochs: int = 20, lr: float = 0.05, batch_size: 
     generator = torch.Generator().manual_seed(hvd.rank())
     loss_fn = torch.nn.CrossEntropyLoss()
     metrics = {}
-    for epoch in range(start_epoch, start_epoch + epochs):
+    for epoch in range(start_epoch, end_epoch):
         model.train()
         order = torch.randperm(len(x), generator=generator)
         total, correct, loss_sum = 0, 0, 0.0
@@ -128,8 +135,9 @@ def train_digits(data_dir: str, epochs: int = 20, lr: float = 0.05, batch_size: 
         avg = hvd.allreduce(torch.tensor([loss_sum / total, correct / total]), name="epoch_metrics")
         metrics = {"epoch": epoch + 1, "train_loss": round(avg[0].item(), 4), "train_accuracy": round(avg[1].item(), 4)}
         log_to_driver(f"epoch {epoch + 1}: loss {metrics['train_loss']:.4f} accuracy {metrics['train_accuracy']:.3f}")
-        if (epoch + 1) % checkpoint_every == 0 or epoch + 1 == start_epoch + epochs:
-            state = {"model": model.state_dict(), "optimizer": optimizer.state_dict(), "epoch": epoch + 1}
+        if (epoch + 1) % checkpoint_every == 0 or epoch + 1 == end_epoch:
+            state = {"model": model.state_dict(), "optimizer": optimizer.state_dict(), "epoch": epoch + 1,
+                     "end_epoch": end_epoch}
             saved = save_checkpoint(state, checkpoint_dir(), step=epoch + 1)  # writes on rank 0 only
             if saved:
                 log_to_driver(f"checkpoint {saved}")

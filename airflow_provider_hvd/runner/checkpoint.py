@@ -1,21 +1,22 @@
-"""Rank-0-only, atomic checkpoints on a local path or any fsspec URL.
+"""Rank-0-only, atomic, streamed checkpoints on a local path or any fsspec URL.
 
-Horovod's rule: every rank holds the same weights, so only rank 0 writes. A
-checkpoint is written under a temporary name and then renamed to
-``ckpt-<step>.pt``, so a reader (a resuming run, a sensor) never sees a
-half-written file: a crash mid-write leaves only a ``.tmp-*`` file that
-``latest_checkpoint`` ignores. Loading uses ``torch.load(weights_only=True)``,
-which refuses arbitrary pickled code.
+Horovod's rule: every rank holds the same weights, so only rank 0 writes. ``torch.save``
+writes straight into the destination, tensor by tensor, with no copy of the state in
+memory: on a file system into a temporary sibling that is then renamed to
+``ckpt-<step>.pt``, on an object store as one multipart upload that becomes the key only
+when it completes (no server-side copy). So a reader (a resuming run, a restart, a sensor)
+never sees a half-written checkpoint: a crash mid-write leaves at most a ``.tmp-*`` file,
+which ``latest_checkpoint`` ignores and the runner removes when it restarts or ends the run.
+Loading uses ``torch.load(weights_only=True)``, which refuses arbitrary pickled code.
 """
 
 from __future__ import annotations
 
-import io
 import os
 import re
 from typing import Any
 
-from airflow_provider_hvd.runner.common.storage import atomic_write, fs_and_path
+from airflow_provider_hvd.runner.common.storage import atomic_open, fs_and_path
 from airflow_provider_hvd.runner.rank.context import current_rank
 
 _NAME = re.compile(r"^ckpt-(\d{10})\.pt$")
@@ -38,24 +39,35 @@ def save_checkpoint(state: Any, directory: str, *, step: int, rank: int | None =
     rank = current_rank() if rank is None else rank
     if rank not in (None, 0):
         return None
-    buffer = io.BytesIO()
-    torch.save(state, buffer)
-    return atomic_write(f"{str(directory).rstrip('/')}/{checkpoint_name(step)}", buffer.getvalue())
+    # The run's id tags the temporary file, so that the runner can remove what a rank killed
+    # mid-write left (see driver/run_checkpoints.py).
+    with atomic_open(f"{str(directory).rstrip('/')}/{checkpoint_name(step)}",
+                     tmp_tag=os.environ.get(RUN_ID_ENV, "")) as f:
+        torch.save(state, f)
+    return f.location
+
+
+def list_checkpoints(directory: str) -> dict[str, tuple]:
+    """Every complete checkpoint under ``directory``: ``{url: (step, version)}``, where
+    ``version`` changes when the file is rewritten (size and modification time or ETag)."""
+    fs, base = fs_and_path(directory)
+    try:
+        entries = fs.ls(base, detail=True)
+    except (FileNotFoundError, NotADirectoryError):
+        return {}
+    found = {}
+    for entry in entries:
+        match = _NAME.match(entry["name"].rstrip("/").rsplit("/", 1)[-1])
+        if match:
+            version = (entry.get("size"), entry.get("mtime") or entry.get("LastModified") or entry.get("ETag"))
+            found[fs.unstrip_protocol(entry["name"])] = (int(match.group(1)), version)
+    return found
 
 
 def latest_checkpoint(directory: str) -> str | None:
     """URL of the newest complete checkpoint under ``directory``, or None when there is none."""
-    fs, base = fs_and_path(directory)
-    if not fs.exists(base):
-        return None
-    steps = []
-    for path in fs.ls(base, detail=False):
-        match = _NAME.match(path.rstrip("/").rsplit("/", 1)[-1])
-        if match:
-            steps.append((int(match.group(1)), path))
-    if not steps:
-        return None
-    return fs.unstrip_protocol(max(steps)[1])
+    found = list_checkpoints(directory)
+    return max(found, key=lambda url: found[url][0]) if found else None
 
 
 def checkpoint_step(location: str) -> int:
@@ -71,25 +83,46 @@ def load_checkpoint(location: str, map_location: Any = "cpu") -> Any:
     import torch
 
     fs, path = fs_and_path(location)
-    with fs.open(path, "rb") as f:
-        data = f.read()
-    return torch.load(io.BytesIO(data), map_location=map_location, weights_only=True)
+    with fs.open(path, "rb") as f:  # read as torch asks (seek and read), not all at once
+        return torch.load(f, map_location=map_location, weights_only=True)
 
 
-# Set by HorovodRunnerOperator for every rank (see operators/horovod_runner.py).
+# Set for every rank by HorovodRunner (checkpoint_dir=, restarts) and HorovodRunnerOperator.
 CHECKPOINT_DIR_ENV = "HVD_CHECKPOINT_DIR"
 RESUME_FROM_ENV = "HVD_RESUME_FROM"
+# "1" when HVD_RESUME_FROM is a checkpoint this same run wrote before a restart.
+RESUME_IS_RESTART_ENV = "HVD_RESUME_IS_RESTART"
+RESTART_ENV = "HVD_RESTART"
+RUN_ID_ENV = "HVD_RUN_ID"
 
 
 def checkpoint_dir() -> str:
-    """Where this run should write its checkpoints (HorovodRunnerOperator sets it per try)."""
+    """Where this run should write its checkpoints (``HorovodRunner(checkpoint_dir=...)``;
+    HorovodRunnerOperator sets it per try)."""
     value = os.environ.get(CHECKPOINT_DIR_ENV)
     if not value:
         raise RuntimeError(f"{CHECKPOINT_DIR_ENV} is not set: checkpoint_dir() works inside a run started by "
-                           "HorovodRunnerOperator; elsewhere pass a directory to save_checkpoint yourself.")
+                           "HorovodRunnerOperator or by HorovodRunner(checkpoint_dir=...); elsewhere pass a "
+                           "directory to save_checkpoint yourself.")
     return value
 
 
 def resume_checkpoint() -> str | None:
-    """The checkpoint to resume from (``resume_from_checkpoint`` of the operator), or None."""
+    """The checkpoint to resume from, or None to start fresh.
+
+    After a restart (``max_restarts``): the newest complete checkpoint this run wrote before
+    it (``resume_is_restart()`` is then True); before this run wrote any, or without
+    restarts: the operator's ``resume_from_checkpoint``.
+    """
     return os.environ.get(RESUME_FROM_ENV) or None
+
+
+def resume_is_restart() -> bool:
+    """True when ``resume_checkpoint()`` was written by this same run before a restart: carry
+    on towards the goal the run had (e.g. its last epoch) rather than starting a new one."""
+    return os.environ.get(RESUME_IS_RESTART_ENV) == "1"
+
+
+def restart_number() -> int:
+    """0 on a run's first attempt, n on its n-th restart (``max_restarts``)."""
+    return int(os.environ.get(RESTART_ENV, "0"))

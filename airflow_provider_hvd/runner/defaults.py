@@ -20,6 +20,15 @@ TIMELINE_INTERVAL_S = 5.0
 # The timeline's live view: the most recent events, as a valid trace of at most this size
 # (Perfetto and chrome://tracing open it in a second); 0 turns the live view off.
 TIMELINE_LIVE_BYTES = 8 << 20
+# Restarts of the rank group within one run after a curable failure (driver/restart_policy.py).
+MAX_RESTARTS = 0
+
+
+def check_max_restarts(value: object) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise ValueError(f"max_restarts takes an int >= 0 (restarts after a lost executor, host or rank; 0: none), "
+                         f"got {value!r}")
+    return value
 
 
 def check_timeline_live_bytes(value: object) -> int:

@@ -4,16 +4,35 @@ from __future__ import annotations
 
 
 class HorovodRunError(RuntimeError):
-    """A Horovod run did not complete."""
+    """A Horovod run did not complete.
+
+    ``attempts``: with ``max_restarts``, one line per attempt of the run (its number, how long
+    it ran, its cause, whether it was restarted); empty when the run had no restart budget."""
+
+    attempts: list[str] = []
 
 
 class RankFailedError(HorovodRunError):
-    """A rank raised, exited non-zero or was killed. The first such rank is the one named."""
+    """A rank raised, exited non-zero or was killed. The first such rank is the one named.
+
+    ``kind`` says how it failed, which decides whether a restart can cure it
+    (driver/restart_policy.py): ``exception`` (the training function raised), ``peer_lost``
+    (only Horovod's own HorovodInternalError: its peers vanished, e.g. a network failure
+    between ranks), ``signal``, ``exit`` (a non-zero exit code without an exception),
+    ``lost`` (its Spark task or executor died), ``daemon`` (Open MPI's orted or mpirun crashed).
+    """
+
+    KINDS = ("exception", "peer_lost", "signal", "exit", "lost", "daemon")
 
     def __init__(self, message: str, *, rank: int, host: str | None = None,
                  exc_type: str | None = None, returncode: int | None = None,
-                 traceback: str | None = None, tail: list[str] | None = None):
+                 traceback: str | None = None, tail: list[str] | None = None, kind: str = "exception",
+                 signal: str | None = None):
         super().__init__(message)
+        if kind not in self.KINDS:
+            raise ValueError(f"kind={kind!r}: one of {self.KINDS}")
+        self.kind = kind
+        self.signal = signal
         self.rank = rank
         self.host = host
         self.exc_type = exc_type
@@ -29,9 +48,9 @@ class MpiDaemonCrashError(RankFailedError):
 
     def __init__(self, message: str, *, process: str, signal: str, rank: int, host: str | None,
                  returncode: int | None, tail: list[str]):
-        super().__init__(message, rank=rank, host=host, returncode=returncode, tail=tail)
+        super().__init__(message, rank=rank, host=host, returncode=returncode, tail=tail, kind="daemon",
+                         signal=signal)
         self.process = process
-        self.signal = signal
 
 
 class StartTimeoutError(HorovodRunError):
@@ -49,6 +68,15 @@ class StallError(HorovodRunError):
         super().__init__(message)
         self.stalled_ranks = stalled_ranks
         self.waiting_ranks = waiting_ranks
+
+
+class SparkStageError(HorovodRunError):
+    """The Spark barrier stage failed and no rank said why. ``executor_lost``: Spark reported an
+    executor lost (ExecutorLostFailure) for it."""
+
+    def __init__(self, message: str, *, executor_lost: bool):
+        super().__init__(message)
+        self.executor_lost = executor_lost
 
 
 class ClusterCapacityError(HorovodRunError):

@@ -6,16 +6,26 @@ import contextlib
 import logging
 import os
 import time
+import uuid
 from typing import Any, Callable, Iterator
 
 import cloudpickle
 
 from airflow_provider_hvd.runner import defaults
+from airflow_provider_hvd.runner.checkpoint import (
+    CHECKPOINT_DIR_ENV,
+    RESTART_ENV,
+    RESUME_FROM_ENV,
+    RESUME_IS_RESTART_ENV,
+    RUN_ID_ENV,
+)
 from airflow_provider_hvd.runner.driver.dependencies import required_modules
 from airflow_provider_hvd.runner.driver.launcher_choice import resolve_launcher
 from airflow_provider_hvd.runner.driver.monitor import RunMonitor
+from airflow_provider_hvd.runner.driver.restart_policy import restart_cause
+from airflow_provider_hvd.runner.driver.run_checkpoints import RunCheckpoints
 from airflow_provider_hvd.runner.driver.service import DriverService, LogSink, print_log_sink
-from airflow_provider_hvd.runner.driver.timeline_publisher import TimelinePublisher
+from airflow_provider_hvd.runner.driver.timeline_publisher import TimelinePublisher, attempt_location
 from airflow_provider_hvd.runner.errors import HorovodRunError
 from airflow_provider_hvd.runner.wire import payload
 from airflow_provider_hvd.runner.wire.messages import LaunchEnv, TaskSpec
@@ -66,6 +76,15 @@ class HorovodRunner:
     :param timeline_interval: seconds between refreshes of the live view.
     :param timeline_live_bytes: size of the live view's window (default 8 MiB); 0: no
         live view, only the complete file at the end.
+    :param max_restarts: how many times a run that fails for a cause a restart can cure (a
+        lost executor or host, a rank killed by a signal, a network failure between ranks:
+        the table in driver/restart_policy.py) is relaunched, within this ``run()``, from the
+        newest checkpoint it wrote under ``checkpoint_dir``. Before each restart the runner
+        waits up to ``slot_wait_timeout`` for ``np`` free slots. An exception raised by the
+        training function is never restarted. Default 0: the first failure fails the run.
+    :param checkpoint_dir: the run's checkpoint folder (path or fsspec URL, the same for the
+        driver and the ranks): the ranks read it with ``checkpoint_dir()``, restarts resume
+        from the newest checkpoint written there. Defaults to ``HVD_CHECKPOINT_DIR`` in ``env``.
     """
 
     def __init__(self, *, np: int, driver_log_verbosity: str = defaults.DRIVER_LOG_VERBOSITY,
@@ -75,8 +94,10 @@ class HorovodRunner:
                  timeline: str | os.PathLike | None = None, timeline_interval: float = defaults.TIMELINE_INTERVAL_S,
                  timeline_live_bytes: int = defaults.TIMELINE_LIVE_BYTES, mpi_args: list[str] | tuple[str, ...] = (),
                  stall_timeout: float | None = defaults.STALL_TIMEOUT_S,
-                 timeout: float | None = defaults.TIMEOUT_S):
+                 timeout: float | None = defaults.TIMEOUT_S, max_restarts: int = defaults.MAX_RESTARTS,
+                 checkpoint_dir: str | os.PathLike | None = None):
         np = defaults.check_np(np)
+        self.max_restarts = defaults.check_max_restarts(max_restarts)
         if driver_log_verbosity not in defaults.VERBOSITIES:
             raise ValueError(f"driver_log_verbosity={driver_log_verbosity!r}: use one of "
                              f"{', '.join(defaults.VERBOSITIES)}")
@@ -110,6 +131,11 @@ class HorovodRunner:
             raise ValueError(f"timeline_interval must be > 0 seconds, got {timeline_interval!r}")
         self.timeline_interval = float(timeline_interval)
         self.timeline_live_bytes = defaults.check_timeline_live_bytes(timeline_live_bytes)
+        checkpoint_dir = checkpoint_dir or env.get(CHECKPOINT_DIR_ENV)
+        self.checkpoint_dir = str(checkpoint_dir) if checkpoint_dir else None
+        if self.max_restarts and not self.checkpoint_dir:
+            log.warning("HorovodRunner: max_restarts=%d without checkpoint_dir: a restart starts training over "
+                        "from the beginning", self.max_restarts)
 
     def run(self, main: Callable[..., Any], **kwargs: Any) -> Any:
         """Call ``main(**kwargs)`` on every rank; return rank 0's return value.
@@ -124,13 +150,10 @@ class HorovodRunner:
         call = payload.dumps_call(main, kwargs)
         sealed_call = payload.seal(call, secret, payload.KIND_CALL)
         name = getattr(main, "__qualname__", repr(main))
-        if self.np < 0:
-            sealed_result = self._run_local(-self.np, secret, sealed_call, name)
-        else:
-            # What every barrier task checks its Python can import before a rank starts.
-            required = required_modules(main, call)
-            del call
-            sealed_result = self._run_barrier(self.np, secret, sealed_call, name, required)
+        # What every barrier task checks its Python can import before a rank starts.
+        required = required_modules(main, call) if self.np > 0 else []
+        del call
+        sealed_result = self._run_attempts(secret, sealed_call, name, required)
         if sealed_result is None:
             raise HorovodRunError("HorovodRunner: every rank finished but rank 0 sent no result; "
                                   "this is a bug in airflow-provider-hvd, please report it.")
@@ -138,21 +161,62 @@ class HorovodRunner:
         log.info("HorovodRunner: %s finished on %d ranks in %.1f s", name, abs(self.np), time.monotonic() - t0)
         return value
 
+    def _run_attempts(self, secret: bytes, sealed_call: bytes, name: str, required: list[str]) -> bytes | None:
+        """The run's first attempt, and up to ``max_restarts`` more after failures a restart can cure."""
+        run_id = uuid.uuid4().hex[:12]
+        checkpoints = (RunCheckpoints(self.checkpoint_dir, run_id, self.env.get(RESUME_FROM_ENV))
+                       if self.checkpoint_dir else None)
+        history: list[str] = []
+        try:
+            for attempt in range(self.max_restarts + 1):
+                t0 = time.monotonic()
+                env = self._rank_env(run_id, attempt, checkpoints)
+                try:
+                    if self.np < 0:
+                        return self._run_local(-self.np, secret, sealed_call, name, env, attempt)
+                    return self._run_barrier(self.np, secret, sealed_call, name, required, env, attempt)
+                except HorovodRunError as exc:
+                    cause = restart_cause(exc)
+                    restart = cause is not None and attempt < self.max_restarts
+                    if not self.max_restarts:
+                        raise
+                    history.append(f"attempt {attempt + 1} failed after {time.monotonic() - t0:.1f} s: "
+                                   + (f"{cause}; restarted" if restart else _first_line(exc)
+                                      + ("" if cause is None else f" ({cause}; no restart left)")
+                                      + ("" if cause is not None else "; a restart cannot cure this")))
+                    if not restart:
+                        raise _with_history(exc, history, self.max_restarts)
+                    if checkpoints is not None:
+                        checkpoints.remove_partial()
+                    log.warning("HorovodRunner: attempt %d of %d failed: %s. Restarting the %d ranks (restart %d of "
+                                "%d)", attempt + 1, self.max_restarts + 1, cause, abs(self.np), attempt + 1,
+                                self.max_restarts)
+        finally:
+            if checkpoints is not None:
+                checkpoints.remove_partial()
+        raise AssertionError("unreachable")
+
     @contextlib.contextmanager
     def _driver_side(self, secret: bytes, sealed_call: bytes, host: str,
-                     tasks: int = 0) -> Iterator[DriverService]:
-        """The driver's services for one run: payload/log/result/rendezvous service, timeline.
+                     tasks: int = 0, attempt: int = 0) -> Iterator[DriverService]:
+        """The driver's services for one attempt: payload/log/result/rendezvous service, timeline.
         Closing them is what stops every rank, so it happens on every way out."""
         publisher = (TimelinePublisher(self.timeline, self.timeline_interval, self.timeline_live_bytes)
                      if self.timeline else None)
         service = DriverService(secret, sealed_call, self._log_sink, host=host,
                                 on_timeline=publisher.add if publisher else None, tasks=tasks)
+        destination = None
         try:
             yield service
+        except HorovodRunError as exc:
+            if attempt < self.max_restarts and restart_cause(exc):
+                # Restarted: this attempt's trace is kept beside the run's, which the last attempt writes.
+                destination = attempt_location(self.timeline, attempt + 1) if self.timeline else None
+            raise
         finally:
             self._stop(service, publisher is not None)
             if publisher:
-                publisher.finish()
+                publisher.finish(destination)
 
     def _stop(self, service: DriverService, timeline: bool) -> None:
         """Stop every rank still running. Launchers get a moment to report and, for rank 0,
@@ -161,19 +225,20 @@ class HorovodRunner:
         service.stop_ranks(grace=5.0 if timeline or self.launcher == "mpi" else 1.0)
         service.close()
 
-    def _run_local(self, n: int, secret: bytes, sealed_call: bytes, name: str) -> bytes | None:
+    def _run_local(self, n: int, secret: bytes, sealed_call: bytes, name: str, env: dict[str, str],
+                   attempt: int) -> bytes | None:
         from airflow_provider_hvd.runner.driver.local_launch import LOCAL_HOST, LocalMpiRun, LocalRanks
 
         log.info("HorovodRunner: running %s as %d local ranks on the driver (%s)", name, n, self.launcher)
         timeline_interval = self.timeline_interval if self.timeline else None
-        with self._driver_side(secret, sealed_call, LOCAL_HOST) as service:
+        with self._driver_side(secret, sealed_call, LOCAL_HOST, attempt=attempt) as service:
             if self.launcher == "mpi":
-                ranks = LocalMpiRun(n, secret=secret, driver_port=service.port, env=self._rank_env(),
+                ranks = LocalMpiRun(n, secret=secret, driver_port=service.port, env=env,
                                     forward_output=self.driver_log_verbosity == "all",
                                     timeline_interval=timeline_interval, mpi_args=self.mpi_args)
             else:
                 ranks = LocalRanks(n, secret=secret, driver_port=service.port,
-                                   env=self._rank_env(), forward_output=self.driver_log_verbosity == "all",
+                                   env=env, forward_output=self.driver_log_verbosity == "all",
                                    timeline_interval=timeline_interval)
             try:
                 ranks.start()
@@ -185,7 +250,7 @@ class HorovodRunner:
                 ranks.stop()
 
     def _run_barrier(self, np: int, secret: bytes, sealed_call: bytes, name: str,
-                     required: list[str]) -> bytes | None:
+                     required: list[str], env: dict[str, str], attempt: int) -> bytes | None:
         from airflow_provider_hvd.runner.driver.barrier_job import BarrierJob
         from airflow_provider_hvd.runner.driver.cluster import check_cluster, describe_master, worker_python
         from airflow_provider_hvd.runner.driver.worker_diagnosis import diagnose
@@ -195,10 +260,10 @@ class HorovodRunner:
         python = worker_python(sc)
         log.info("HorovodRunner: running %s as %d ranks in a Spark barrier stage on %s (%s)",
                  name, np, describe_master(sc), self.launcher)
-        with self._driver_side(secret, sealed_call, "0.0.0.0", tasks=np) as service:
+        with self._driver_side(secret, sealed_call, "0.0.0.0", tasks=np, attempt=attempt) as service:
             spec = TaskSpec(driver_host=sc.getConf().get("spark.driver.host"), driver_port=service.port,
                             secret_hex=secret.hex(),
-                            forward_output=self.driver_log_verbosity == "all", env=self._rank_env(),
+                            forward_output=self.driver_log_verbosity == "all", env=env,
                             timeline_interval=self.timeline_interval if self.timeline else None,
                             launcher=self.launcher, mpi_args=self.mpi_args)
             job = BarrierJob(sc, np, spec, f"HorovodRunner np={np}: {name}", python=python,
@@ -224,11 +289,26 @@ class HorovodRunner:
                 self._stop(service, self.timeline is not None)
                 job.stop()
 
-    def _rank_env(self) -> dict[str, str]:
+    def _rank_env(self, run_id: str, attempt: int, checkpoints: RunCheckpoints | None) -> dict[str, str]:
         """The user's env for every rank, plus what the runner's own rank-side code reads."""
         env = dict(self.env)
         if self.stall_timeout is not None:
             env[LaunchEnv.STALL_TIMEOUT] = str(self.stall_timeout)
+        env[RUN_ID_ENV] = run_id
+        env[RESTART_ENV] = str(attempt)
+        if self.checkpoint_dir:
+            env[CHECKPOINT_DIR_ENV] = self.checkpoint_dir
+        if attempt and checkpoints is not None:
+            resume, own = checkpoints.resume_point()
+            env.pop(RESUME_FROM_ENV, None)
+            if resume:
+                env[RESUME_FROM_ENV] = resume
+            env[RESUME_IS_RESTART_ENV] = "1" if own else "0"
+            log.info("HorovodRunner: restart %d resumes from %s", attempt,
+                     (resume + (" (written by this run)" if own else " (where the run started)")) if resume
+                     else "scratch: no checkpoint yet")
+        elif attempt:
+            log.info("HorovodRunner: restart %d starts training from the beginning (no checkpoint_dir)", attempt)
         return env
 
     def _spark_context(self):
@@ -236,3 +316,19 @@ class HorovodRunner:
 
         spark = self._spark or SparkSession.getActiveSession() or SparkSession.builder.getOrCreate()
         return spark.sparkContext
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip()
+    return text.splitlines()[0] if text else type(exc).__name__
+
+
+def _with_history(exc: HorovodRunError, history: list[str], max_restarts: int) -> HorovodRunError:
+    """The last attempt's own error, its message led by every attempt's line, so that a user
+    catching RankFailedError (or any other) still can."""
+    exc.attempts = list(history)
+    restarts = len(history) - 1
+    head = (f"HorovodRunner: the run failed after {restarts} restart(s) (max_restarts={max_restarts}). "
+            "Attempts:\n" + "\n".join(f"  {line}" for line in history))
+    exc.args = (f"{head}\n--- the last attempt's error ---\n{exc}",) + tuple(exc.args[1:])
+    return exc

@@ -65,11 +65,19 @@ def check_cluster(sc, np: int, wait_s: float) -> None:
             "HorovodRunner needs a fixed set of executors: Spark's barrier mode does not support dynamic "
             "allocation. Start this Spark application with spark.dynamicAllocation.enabled=false "
             "(and spark.executor.instances set) to run Horovod.")
-    deadline = time.monotonic() + (0 if single_jvm(sc.master) else wait_s)
+    t0 = time.monotonic()
+    deadline = t0 + (0 if single_jvm(sc.master) else wait_s)
     slots = max_concurrent_tasks(sc)
+    told = None
     while slots < np and time.monotonic() < deadline:
+        if told is None or time.monotonic() - told >= 5:  # the wait is visible, with what Spark has now
+            told = time.monotonic()
+            log.info("HorovodRunner: waiting for %d task slots; the cluster has %d (%.0f s of %g s)", np, slots,
+                     told - t0, wait_s)
         time.sleep(0.5)
         slots = max_concurrent_tasks(sc)
+    if told is not None and slots >= np:
+        log.info("HorovodRunner: %d task slots free after %.1f s", slots, time.monotonic() - t0)
     if slots < np:
         task_cpus = conf.get("spark.task.cpus", "1")
         raise ClusterCapacityError(

@@ -22,6 +22,7 @@ from airflow_provider_hvd.runner.errors import (
     HorovodRunError,
     MpiDaemonCrashError,
     RankFailedError,
+    SparkStageError,
     StallError,
     StartTimeoutError,
 )
@@ -192,8 +193,9 @@ class RunMonitor:
         ranks = self.ranks_of_task(int(task.group(1))) if task and lost else []
         unfinished = [r for r in ranks if r not in self.exited_ok]
         if not unfinished:
-            return HorovodRunError(f"HorovodRunner: the Spark barrier stage failed before the ranks finished "
-                                   f"({len(self.exited_ok)} of {self.np} done): {_first_line(job_error)}")
+            return SparkStageError(f"HorovodRunner: the Spark barrier stage failed before the ranks finished "
+                                   f"({len(self.exited_ok)} of {self.np} done): {_first_line(job_error)}",
+                                   executor_lost=bool(lost) or "ExecutorLostFailure" in text)
         rank = unfinished[0]
         host = self.hosts.get(rank, "?")
         pid = (self.started.get(rank) or {}).get("pid")
@@ -204,7 +206,7 @@ class RunMonitor:
         if "137" in reason:
             message += " Exit code 137 is SIGKILL: the kernel's out-of-memory killer, a container limit or `kill -9`."
         message += " Check that executor's log."
-        return RankFailedError(message, rank=rank, host=host, returncode=None, tail=[])
+        return RankFailedError(message, rank=rank, host=host, returncode=None, tail=[], kind="lost")
 
     def _daemon_crash(self, event: Event, daemon: dict) -> MpiDaemonCrashError:
         host = str(daemon.get("host", "?"))
@@ -267,11 +269,15 @@ class RunMonitor:
                 message += f"\nHint: {exc['hint']}"
             message += f"\n--- traceback of rank {rank} ---\n{exc['traceback'].rstrip()}"
             return RankFailedError(message, rank=rank, host=host, exc_type=exc["type"],
-                                   traceback=exc["traceback"], returncode=returncode, tail=tail)
+                                   traceback=exc["traceback"], returncode=returncode, tail=tail,
+                                   kind="peer_lost" if _is_consequence(exc) else "exception")
+        kind, signal = "exit", event.data.get("signal")
         if event.kind == EventKind.LAUNCHER_LOST:
+            kind = "lost"
             message = (f"HorovodRunner: lost contact with {who}'s launcher: its Spark task or executor "
                        "died. Check the executor's log for an out-of-memory kill or a lost worker.")
-        elif event.data.get("signal"):
+        elif signal:
+            kind = "signal"
             message = f"HorovodRunner: {who} was killed by signal {event.data['signal']}"
             if event.data["signal"] == "SIGKILL":
                 message += " (the kernel's out-of-memory killer does this, and so does `kill -9`)"
@@ -279,7 +285,8 @@ class RunMonitor:
             message = f"HorovodRunner: {who} exited with code {returncode} without raising a Python exception"
         if tail:
             message += f"\n--- last {len(tail)} lines of rank {rank}'s output ---\n" + "\n".join(tail)
-        return RankFailedError(message, rank=rank, host=host, returncode=returncode, tail=tail)
+        return RankFailedError(message, rank=rank, host=host, returncode=returncode, tail=tail, kind=kind,
+                               signal=signal)
 
 
 def _daemon_crash_message(process: str, host: str, signal: str, ranks: list[int]) -> str:

@@ -51,6 +51,15 @@ def live_view_location(destination: str) -> str:
     return stem + LIVE_SUFFIX
 
 
+def attempt_location(destination: str, attempt: int) -> str:
+    """Where the complete timeline of a failed attempt that was restarted goes (``max_restarts``):
+    ``.../timeline.json`` -> ``.../timeline.attempt-1.json``; the run's last attempt writes
+    ``destination`` itself."""
+    destination = str(destination)
+    stem = destination[:-len(".json")] if destination.endswith(".json") else destination
+    return f"{stem}.attempt-{attempt}.json"
+
+
 def chrome_trace_snapshot(raw: bytes) -> bytes:
     """Close Horovod's open JSON array held whole in memory (tests: the same cut the final write makes)."""
     body, closing = _closed_body(raw)
@@ -240,8 +249,11 @@ class TimelinePublisher:
                 yield block
         yield closing
 
-    def finish(self) -> None:
-        """Write the complete timeline (also after a failed run), then remove the live view and the staging file."""
+    def finish(self, destination: str | None = None) -> None:
+        """Write the complete timeline (also after a failed run), then remove the live view and the staging file.
+        ``destination``: somewhere else than the one given at the start (a restarted attempt's)."""
+        if destination is not None:
+            self.destination = str(destination)
         self._stopped.set()
         if self._thread is not None:
             self._thread.join()  # a live publish in progress ends before the live view is removed
