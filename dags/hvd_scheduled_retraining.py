@@ -33,7 +33,8 @@ CHECKPOINTS = f"{STORAGE}/models/digits/checkpoints"
     catchup=False,
     max_active_runs=1,  # two runs must not resume from, and write, the same checkpoints at once
     tags=["horovod", "pytorch", "example", "retraining"],
-    params={"epochs": Param(10, type="integer", minimum=1), "min_accuracy": Param(0.9, type="number")},
+    params={"epochs": Param(10, type="integer", minimum=1), "min_accuracy": Param(0.9, type="number"),
+            "max_restarts": Param(2, type="integer", minimum=0)},
 )
 def hvd_scheduled_retraining():
     @task(outlets=[DIGITS_DATA])
@@ -54,7 +55,8 @@ def hvd_scheduled_retraining():
         checkpoint_path=CHECKPOINTS,
         resume_from_checkpoint=CHECKPOINTS,
         timeline=True,
-        retries=1,
+        max_restarts="{{ params.max_restarts }}",  # a lost executor restarts inside the run ...
+        retries=1,  # ... and anything else gets one Airflow retry, resuming from the checkpoint
         render_template_as_native_obj=True,
     )
 

@@ -232,3 +232,9 @@ def s3_bucket(s3_server, monkeypatch):
                         "AWS_SECRET_ACCESS_KEY": "testing", "AWS_DEFAULT_REGION": "us-east-1"}.items():
         monkeypatch.setenv(name, value)
     s3fs.S3FileSystem.clear_instance_cache()
+    fs = fsspec.filesystem("s3")
+    bucket = f"hvd-{time.monotonic_ns()}"
+    fs.mkdir(bucket)
+    yield bucket
+    fs.rm(bucket, recursive=True)
+    s3fs.S3FileSystem.clear_instance_cache()

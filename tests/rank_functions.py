@@ -292,3 +292,19 @@ def steps_with_restarts(steps, kill_on_attempts=(0,), kill_rank=1, kill_at=None,
             raise RuntimeError(f"user code failed at step {step + 1}")
     return {"attempt": attempt, "resumed_from": resume, "resume_is_restart": resume_is_restart(),
             "started_at": start, "steps": steps}
+
+
+def digits_marking_attempts(marker_dir, **train_kwargs):
+    """The digits example's training, each rank first writing <marker_dir>/attempt-<n>-rank-<r>.pid
+    (pid, host) so that a test can find the executor holding a rank in each attempt."""
+    import horovod.torch as hvd
+
+    from airflow_provider_hvd import restart_number
+    from airflow_provider_hvd.examples.digits import train_digits
+
+    hvd.init()  # train_digits' own hvd.init() is then a no-op
+    name = os.path.join(marker_dir, f"attempt-{restart_number()}-rank-{hvd.rank()}.pid")
+    with open(name + ".tmp", "w") as f:
+        f.write(f"{os.getpid()}\n{os.environ.get('SPARK_LOCAL_IP') or os.environ.get('HOROVOD_HOSTNAME') or ''}\n")
+    os.replace(name + ".tmp", name)
+    return train_digits(**train_kwargs)

@@ -214,3 +214,106 @@ def test_an_open_mpi_daemon_crash_is_named_in_our_words(standalone, tmp_path, no
     assert seconds < 15
     record.observe(str(err).split("\n")[0], seconds)
     assert HorovodRunner(np=2, launcher="mpi", log_sink=lambda *a: None).run(rf.chatty) == 0
+
+
+def _kill_rank1_executor_on_attempts(marker_dir, checkpoints, attempts, record, killed):
+    """For each attempt in ``attempts``: once rank 1 trains and this attempt has written a new
+    checkpoint, SIGKILL the executor holding rank 1 (what a spot preemption does)."""
+    import time
+
+    from test_faults import wait_for
+
+    for attempt in attempts:
+        marker = marker_dir / f"attempt-{attempt}-rank-1.pid"
+        assert wait_for(marker.exists, 240), f"rank 1 of attempt {attempt} never started"
+        host = marker.read_text().split("\n")[1]
+        before = set(checkpoints.glob("ckpt-*.pt"))
+        assert wait_for(lambda: set(checkpoints.glob("ckpt-*.pt")) - before, 120), \
+            f"attempt {attempt} wrote no checkpoint"
+        executor = executor_on(host)
+        if not killed:
+            record.start()
+        executor.kill()
+        killed.append((attempt, host, time.monotonic()))
+
+
+@pytest.mark.faults
+@pytest.mark.parametrize("launcher", ["gloo", "mpi"])
+def test_executor_killed_twice_with_max_restarts_3_training_completes(standalone, launcher, tmp_path, caplog,
+                                                                       no_leftovers, fault):
+    import logging
+    import time
+
+    from test_faults import in_background, quiet
+
+    from airflow_provider_hvd import latest_checkpoint
+    from airflow_provider_hvd.examples.digits import evaluate_digits, prepare_digits
+
+    caplog.set_level(logging.INFO, logger="airflow_provider_hvd.runner")
+    record = fault(f"the executor holding rank 1 SIGKILLed twice during digits training, max_restarts=3 "
+                   f"({launcher}, standalone, 2 workers)",
+                   "both losses restarted from the run's newest checkpoint; training completes to its last "
+                   "epoch with test accuracy >= 0.9; both restarts and their cause in the log")
+    data, checkpoints, markers = tmp_path / "data", tmp_path / "checkpoints", tmp_path / "markers"
+    markers.mkdir()
+    prepare_digits(str(data), np=2)
+    killed = []
+    killer = in_background(lambda: _kill_rank1_executor_on_attempts(markers, checkpoints, (0, 1), record, killed))
+    t0 = time.monotonic()
+    metrics = HorovodRunner(np=2, launcher=launcher, log_sink=quiet, max_restarts=3, checkpoint_dir=str(checkpoints),
+                            slot_wait_timeout=90).run(rf.digits_marking_attempts, marker_dir=str(markers),
+                                                      data_dir=str(data), epochs=60, checkpoint_every=2)
+    seconds = time.monotonic() - t0
+    assert not killer, killer
+    assert [a for a, _, _ in killed] == [0, 1]
+    # Carried on to the epoch the run aimed at (a restart does not add epochs), and learned.
+    assert metrics["epoch"] == 60, metrics
+    result = evaluate_digits(str(data), latest_checkpoint(str(checkpoints)))
+    assert result["epoch"] == 60 and result["test_accuracy"] >= 0.9, result
+    restarts = [r.getMessage() for r in caplog.records if "Restarting the 2 ranks" in r.getMessage()]
+    assert len(restarts) == 2, caplog.text
+    for line, (_, host, _) in zip(restarts, killed):
+        assert "lost executor" in line or "killed by" in line or "ranks lost their peers" in line, line
+        assert host in line, (line, host)
+    resumed = [r.getMessage() for r in caplog.records if "resumes from" in r.getMessage()]
+    assert len(resumed) == 2 and all("(written by this run)" in r for r in resumed), resumed
+    assert not (markers / "attempt-3-rank-1.pid").exists()
+    assert not list(checkpoints.glob(".tmp-*"))
+    record.observe(f"completed in {seconds:.0f} s with 2 restarts ({'; '.join(r.split(': ', 1)[1] for r in restarts)});"
+                   f" test accuracy {result['test_accuracy']}", seconds=None)
+
+
+@pytest.mark.faults
+def test_executor_killed_twice_with_max_restarts_1_fails_naming_both(standalone, tmp_path, no_leftovers, fault):
+    import time
+
+    from conftest import assert_no_run_processes
+    from test_faults import first_line, in_background, quiet
+
+    from airflow_provider_hvd.examples.digits import prepare_digits
+
+    record = fault("the executor holding rank 1 SIGKILLed twice during digits training, max_restarts=1 "
+                   "(gloo, standalone, 2 workers)",
+                   "fails on the second loss, within seconds, the error listing both attempts and their cause; "
+                   "nothing left running, no temporary file")
+    data, checkpoints, markers = tmp_path / "data", tmp_path / "checkpoints", tmp_path / "markers"
+    markers.mkdir()
+    prepare_digits(str(data), np=2)
+    killed = []
+    killer = in_background(lambda: _kill_rank1_executor_on_attempts(markers, checkpoints, (0, 1), record, killed))
+    with pytest.raises(RankFailedError) as info:
+        HorovodRunner(np=2, launcher="gloo", log_sink=quiet, max_restarts=1, checkpoint_dir=str(checkpoints),
+                      slot_wait_timeout=90).run(rf.digits_marking_attempts, marker_dir=str(markers),
+                                                data_dir=str(data), epochs=60, checkpoint_every=2)
+    failed_after_second = time.monotonic() - killed[-1][2]
+    assert not killer, killer
+    err = info.value
+    assert len(err.attempts) == 2, err.attempts
+    for line, (_, host, _) in zip(err.attempts, killed):
+        assert host in line, (line, host)
+    assert err.attempts[0].endswith("; restarted") and "no restart left" in err.attempts[1]
+    assert str(err).startswith("HorovodRunner: the run failed after 1 restart(s) (max_restarts=1)")
+    assert failed_after_second < 5, f"{failed_after_second:.1f} s after the second kill"
+    assert_no_run_processes()
+    assert not list(checkpoints.glob(".tmp-*"))
+    record.observe(" / ".join(err.attempts) + f" ({first_line(err)})", seconds=failed_after_second)

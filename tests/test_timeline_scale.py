@@ -115,13 +115,6 @@ def sha256_of(url):
     return h.hexdigest()
 
 
-    fs = fsspec.filesystem("s3")
-    bucket = f"hvd-{time.monotonic_ns()}"
-    fs.mkdir(bucket)
-    yield bucket
-    fs.rm(bucket, recursive=True)
-    s3fs.S3FileSystem.clear_instance_cache()
-
 
 def open_uploads(bucket):
     import boto3

@@ -43,6 +43,8 @@ def digits_training_dag(dag_id: str, *, train: Callable, evaluate: Callable, tag
             "mnist_path": Param(None, type=["null", "string"], description="optional MNIST .npz to use instead"),
             "epochs": Param(20, type="integer", minimum=1),
             "min_accuracy": Param(0.9, type="number"),
+            "max_restarts": Param(2, type="integer", minimum=0,
+                                  description="restarts from the last checkpoint after a lost executor or rank"),
         },
     )
     def digits_training():
@@ -63,7 +65,8 @@ def digits_training_dag(dag_id: str, *, train: Callable, evaluate: Callable, tag
             op_kwargs={"data_dir": "{{ params.storage }}/" + data, "epochs": "{{ params.epochs }}", "lr": 0.05},
             storage_path="{{ params.storage }}",
             timeline=True,
-            render_template_as_native_obj=True,  # epochs renders as an int
+            max_restarts="{{ params.max_restarts }}",
+            render_template_as_native_obj=True,  # epochs and max_restarts render as ints
         )
 
         wait = HorovodArtifactSensor(

@@ -28,12 +28,13 @@ def build_model(n_features: int):
     ])
 
 
-def _to_checkpoint(model, epoch: int) -> dict:
+def _to_checkpoint(model, epoch: int, end_epoch: int) -> dict:
     # save_checkpoint's format is torch's weights-only pickle (safe to load, one reader for
     # both examples and the sensor), so the Keras weights travel as tensors.
     import torch
 
-    return {"weights": [torch.from_numpy(w.copy()) for w in model.get_weights()], "epoch": epoch}
+    return {"weights": [torch.from_numpy(w.copy()) for w in model.get_weights()], "epoch": epoch,
+            "end_epoch": end_epoch}
 
 
 def train_digits_keras(data_dir: str, epochs: int = 20, lr: float = 0.05, batch_size: int = 32,
@@ -43,7 +44,8 @@ def train_digits_keras(data_dir: str, epochs: int = 20, lr: float = 0.05, batch_
     import horovod.tensorflow.keras as hvd
     import tensorflow as tf
 
-    from airflow_provider_hvd import checkpoint_dir, load_checkpoint, log_to_driver, resume_checkpoint, save_checkpoint
+    from airflow_provider_hvd import (checkpoint_dir, load_checkpoint, log_to_driver, resume_checkpoint,
+                                      resume_is_restart, save_checkpoint)
 
     hvd.init()
     gpus = tf.config.list_physical_devices("GPU")
@@ -63,12 +65,15 @@ def train_digits_keras(data_dir: str, epochs: int = 20, lr: float = 0.05, batch_
 
     model = build_model(x.shape[1])
     start_epoch = 0
+    end_epoch = epochs
     resume = resume_checkpoint()
     if resume:  # rank 0's copy wins through the broadcast below
         state = load_checkpoint(resume)
         model.set_weights([w.numpy() for w in state["weights"]])
         start_epoch = int(state["epoch"])
-        log_to_driver(f"resumed from {resume} at epoch {start_epoch}")
+        # A restart (max_restarts) carries on to the run's goal; a new run trains `epochs` more.
+        end_epoch = int(state.get("end_epoch", start_epoch + epochs)) if resume_is_restart() else start_epoch + epochs
+        log_to_driver(f"resumed from {resume} at epoch {start_epoch}, training to epoch {end_epoch}")
 
     optimizer = hvd.DistributedOptimizer(tf.keras.optimizers.SGD(learning_rate=lr * hvd.size(), momentum=0.9))
     model.compile(optimizer=optimizer,
@@ -88,14 +93,14 @@ def train_digits_keras(data_dir: str, epochs: int = 20, lr: float = 0.05, batch_
                             "train_accuracy": round(float(logs["accuracy"]), 4)}
             log_to_driver(f"epoch {epoch + 1}: loss {self.metrics['train_loss']:.4f} "
                           f"accuracy {self.metrics['train_accuracy']:.3f}")
-            if (epoch + 1) % checkpoint_every == 0 or epoch + 1 == start_epoch + epochs:
-                saved = save_checkpoint(_to_checkpoint(self.model, epoch + 1), checkpoint_dir(),
+            if (epoch + 1) % checkpoint_every == 0 or epoch + 1 == end_epoch:
+                saved = save_checkpoint(_to_checkpoint(self.model, epoch + 1, end_epoch), checkpoint_dir(),
                                         step=epoch + 1)  # writes on rank 0 only
                 if saved:
                     log_to_driver(f"checkpoint {saved}")
 
     progress = Progress()
-    model.fit(x, y, batch_size=batch_size, initial_epoch=start_epoch, epochs=start_epoch + epochs, verbose=0,
+    model.fit(x, y, batch_size=batch_size, initial_epoch=start_epoch, epochs=end_epoch, verbose=0,
               callbacks=[hvd.callbacks.BroadcastGlobalVariablesCallback(0),
                          hvd.callbacks.MetricAverageCallback(), progress])
     return progress.metrics

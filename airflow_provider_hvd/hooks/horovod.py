@@ -19,7 +19,7 @@ class HorovodHook(BaseHook):
     Connection fields: *Host* unused; *Password*: the signing key (hex, 32 bytes or
     more; when empty a fresh key is made for each run); *Extra* (JSON):
     ``storage_path`` (any ObjectStoragePath URL), ``launcher`` (``auto``/``gloo``),
-    ``driver_log_verbosity``. A missing connection means defaults: per-run keys and
+    ``driver_log_verbosity``, ``max_restarts``. A missing connection means defaults: per-run keys and
     the operator's own ``storage_path``.
 
     :param horovod_conn_id: the connection id (default ``horovod_default``).

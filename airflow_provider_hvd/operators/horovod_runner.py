@@ -26,6 +26,10 @@ from airflow_provider_hvd.runner.errors import PayloadError
 from airflow_provider_hvd.runner.wire import payload
 
 
+def _is_template(value: object) -> bool:
+    return isinstance(value, str) and "{{" in value
+
+
 def plain_url(path: ObjectStoragePath) -> str:
     """The URL the Spark application opens with fsspec (it has no Airflow connections)."""
     return f"{path.protocol or 'file'}://{path.path}"
@@ -68,10 +72,16 @@ class HorovodRunnerOperator(BaseOperator):
     :param timeline_interval: seconds between refreshes of the timeline's live view.
     :param timeline_live_bytes: size of the live view's window of recent events (default
         8 MiB); 0: no live view.
+    :param max_restarts: restarts of the rank group inside this task's Spark application after
+        a failure a restart can cure (a lost executor or host, a rank killed by a signal, a
+        network failure between ranks), each resuming from the newest checkpoint the run wrote
+        under ``checkpoint_path``; an exception of the callable is never restarted. Default: the
+        connection's ``max_restarts``, else 0. Cheaper than an Airflow retry: no new
+        spark-submit, no new application.
     """
 
     template_fields: Sequence[str] = ("op_kwargs", "storage_path", "timeline", "checkpoint_path",
-                                      "resume_from_checkpoint", "env", "conf")
+                                      "resume_from_checkpoint", "env", "conf", "max_restarts")
     template_fields_renderers = {"op_kwargs": "py", "env": "json", "conf": "json"}
     ui_color = "#e8f4fd"
 
@@ -83,7 +93,8 @@ class HorovodRunnerOperator(BaseOperator):
                  driver_log_verbosity: str | None = None, launcher: str | None = None,
                  start_timeout: float = defaults.START_TIMEOUT_S,
                  timeline_interval: float = defaults.TIMELINE_INTERVAL_S,
-                 timeline_live_bytes: int = defaults.TIMELINE_LIVE_BYTES, **kwargs: Any) -> None:
+                 timeline_live_bytes: int = defaults.TIMELINE_LIVE_BYTES, max_restarts: int | str | None = None,
+                 **kwargs: Any) -> None:
         super().__init__(**kwargs)
         if not callable(python_callable):
             raise TypeError(f"python_callable must be a function, got {type(python_callable).__name__}")
@@ -103,6 +114,9 @@ class HorovodRunnerOperator(BaseOperator):
         self.start_timeout = start_timeout
         self.timeline_interval = timeline_interval
         self.timeline_live_bytes = defaults.check_timeline_live_bytes(timeline_live_bytes)
+        # A template ("{{ params.max_restarts }}") is checked once rendered, in execute.
+        self.max_restarts = max_restarts if max_restarts is None or _is_template(max_restarts) \
+            else defaults.check_max_restarts(max_restarts)
         self._submit_hook: HorovodSparkSubmitHook | None = None
 
     @cached_property
@@ -140,7 +154,8 @@ class HorovodRunnerOperator(BaseOperator):
                                                                               defaults.DRIVER_LOG_VERBOSITY),
                 "--launcher", self.launcher or self.hook.setting("launcher", defaults.LAUNCHER),
                 "--start-timeout", str(self.start_timeout), "--timeline-interval", str(self.timeline_interval),
-                "--timeline-live-bytes", str(self.timeline_live_bytes)]
+                "--timeline-live-bytes", str(self.timeline_live_bytes),
+                "--max-restarts", str(self._max_restarts())]
         if self.timeline:
             timeline_path = prefix / "timeline.json" if self.timeline is True else ObjectStoragePath(self.timeline)
             args += ["--timeline", plain_url(timeline_path)]
@@ -156,6 +171,17 @@ class HorovodRunnerOperator(BaseOperator):
         except AirflowException as exc:
             raise AirflowException(self._failure_message(result_path) or str(exc)) from exc
         return self._read_result(result_path, key)
+
+    def _max_restarts(self) -> int:
+        if self.max_restarts is not None:
+            value = self.max_restarts
+            if isinstance(value, str) and value.strip().isdigit():  # rendered without native objects
+                value = int(value)
+            return defaults.check_max_restarts(value)
+        try:
+            return defaults.check_max_restarts(self.hook.setting("max_restarts", defaults.MAX_RESTARTS))
+        except ValueError as exc:
+            raise ValueError(f"connection {self.horovod_conn_id!r}: {exc}") from None
 
     def _make_submit_hook(self, key: bytes, args: list[str], rank_env: dict[str, str],
                           context: Context) -> HorovodSparkSubmitHook:

@@ -22,6 +22,8 @@ A run spans three kinds of process, and the folders say which module runs where:
     dependencies     the top-level modules a call needs on the workers
     worker_diagnosis a worker whose Python cannot run ranks, in words
     timeline_publisher  rank 0's timeline: a bounded live view each interval, the complete file once
+    restart_policy   which failures max_restarts restarts: one table
+    run_checkpoints  a run's checkpoint folder as its restarts see it: resume point, partial files
 
   task/            a barrier task on an executor (and, for np < 0, the driver's launcher threads)
     entry            the stage's entry point, shipped by value: checks the worker's Python first
@@ -52,7 +54,8 @@ A run spans three kinds of process, and the folders say which module runs where:
   common/          plain helpers every process may use
     lifetime         processes die with their parent (PR_SET_PDEATHSIG)
     processes        kill a process tree; describe one that hangs
-    storage          atomic writes to a path or fsspec URL
+    storage          atomic, streamed writes to a path or fsspec URL
+    checkpoint_files ckpt-<step>.pt names, and the complete checkpoints in a folder
     topology         rank/local_rank/cross_rank assignment, host by host
 
 Imports go down only: the entry points above may use driver/, which may use task/, which

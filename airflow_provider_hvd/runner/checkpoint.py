@@ -13,17 +13,13 @@ Loading uses ``torch.load(weights_only=True)``, which refuses arbitrary pickled 
 from __future__ import annotations
 
 import os
-import re
 from typing import Any
 
+from airflow_provider_hvd.runner.common.checkpoint_files import NAME as _NAME
+from airflow_provider_hvd.runner.common.checkpoint_files import checkpoint_name, list_checkpoints
 from airflow_provider_hvd.runner.common.storage import atomic_open, fs_and_path
 from airflow_provider_hvd.runner.rank.context import current_rank
 
-_NAME = re.compile(r"^ckpt-(\d{10})\.pt$")
-
-
-def checkpoint_name(step: int) -> str:
-    return f"ckpt-{step:010d}.pt"
 
 
 def save_checkpoint(state: Any, directory: str, *, step: int, rank: int | None = None) -> str | None:
@@ -45,23 +41,6 @@ def save_checkpoint(state: Any, directory: str, *, step: int, rank: int | None =
                      tmp_tag=os.environ.get(RUN_ID_ENV, "")) as f:
         torch.save(state, f)
     return f.location
-
-
-def list_checkpoints(directory: str) -> dict[str, tuple]:
-    """Every complete checkpoint under ``directory``: ``{url: (step, version)}``, where
-    ``version`` changes when the file is rewritten (size and modification time or ETag)."""
-    fs, base = fs_and_path(directory)
-    try:
-        entries = fs.ls(base, detail=True)
-    except (FileNotFoundError, NotADirectoryError):
-        return {}
-    found = {}
-    for entry in entries:
-        match = _NAME.match(entry["name"].rstrip("/").rsplit("/", 1)[-1])
-        if match:
-            version = (entry.get("size"), entry.get("mtime") or entry.get("LastModified") or entry.get("ETag"))
-            found[fs.unstrip_protocol(entry["name"])] = (int(match.group(1)), version)
-    return found
 
 
 def latest_checkpoint(directory: str) -> str | None:

@@ -46,6 +46,7 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("--verbosity", default=defaults.DRIVER_LOG_VERBOSITY)
     parser.add_argument("--launcher", default=defaults.LAUNCHER)
     parser.add_argument("--start-timeout", type=float, default=defaults.START_TIMEOUT_S)
+    parser.add_argument("--max-restarts", type=int, default=defaults.MAX_RESTARTS)
     return parser.parse_args(argv)
 
 
@@ -79,7 +80,8 @@ def main(argv: list[str] | None = None) -> int:
         runner = HorovodRunner(np=args.np, driver_log_verbosity=args.verbosity, launcher=args.launcher,
                                env=rank_env, start_timeout=args.start_timeout,
                                timeline=args.timeline, timeline_interval=args.timeline_interval,
-                               timeline_live_bytes=args.timeline_live_bytes, spark=spark)
+                               timeline_live_bytes=args.timeline_live_bytes, spark=spark,
+                               max_restarts=args.max_restarts)
         value = runner.run(fn, **kwargs)
         atomic_write(args.result, payload.seal(payload.dumps_result(value), key, payload.KIND_RESULT))
         return 0

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import logging
 
-from airflow_provider_hvd.runner.checkpoint import list_checkpoints
+from airflow_provider_hvd.runner.common.checkpoint_files import list_checkpoints
 from airflow_provider_hvd.runner.common.storage import remove_partial_writes
 
 log = logging.getLogger("airflow_provider_hvd.runner")
