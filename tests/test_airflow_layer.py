@@ -287,3 +287,50 @@ def test_two_dag_runs_at_once_do_not_collide(airflow, no_leftovers, fault):
     assert all(run_id in r["checkpoint_dir"] for run_id, r in results.items())
     record.observe(f"both succeeded in {seconds:.0f} s together; payload prefixes and checkpoint directories "
                    "differ by run_id; each run's driver service and ranks were its own")
+
+
+@pytest.mark.faults
+def test_an_executor_lost_under_airflow_is_restarted_within_the_first_try(airflow, tmp_path, no_leftovers, fault):
+    import psutil
+
+    record = fault("the executor holding rank 1 SIGKILLed mid-training under `airflow dags test` (Spark "
+                   "local-cluster[2,1,1024], max_restarts=2)",
+                   "the task restarts its ranks from the last checkpoint and succeeds in its first try")
+    markers = tmp_path / "markers"
+    markers.mkdir()
+    spark = {"conn_type": "spark", "host": "local-cluster[2,1,1024]"}
+    env = {**airflow["env"], "AIRFLOW__CORE__DAGS_FOLDER": str(REPO / "tests" / "dags"),
+           "AIRFLOW_CONN_SPARK_LOCAL_CLUSTER": json.dumps(spark), "HVD_TEST_MARKERS": str(markers)}
+    proc = subprocess.Popen([AIRFLOW, "dags", "test", "hvd_executor_lost"], env=env, stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, text=True)
+    output = []
+    reader = threading.Thread(target=lambda: output.extend(proc.stdout), daemon=True)
+    reader.start()
+    try:
+        marker = markers / "attempt-0-rank-1.pid"
+        deadline = time.monotonic() + 300
+        while not marker.exists():
+            assert proc.poll() is None and time.monotonic() < deadline, "".join(output)[-5000:]
+            time.sleep(0.1)
+        time.sleep(1.0)  # a few steps and checkpoints in
+        rank = psutil.Process(int(marker.read_text()))
+        executor = next(p for p in rank.parents() if "CoarseGrainedExecutorBackend" in " ".join(p.cmdline()))
+        record.start()
+        executor.kill()
+        rc = proc.wait(timeout=300)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+        reader.join(10)
+    out = "".join(output)
+    assert rc == 0, out[-6000:]
+    assert "Restarting the 2 ranks (restart 1 of 2)" in out and "lost executor (rank 1" in out, out[-6000:]
+    result = xcoms(airflow, "hvd_executor_lost", "train")["return_value"]
+    assert result["attempt"] == 1 and 0 < result["resumed_from_step"] < result["steps"], result
+    assert "/train/try-1/checkpoints/ckpt-" in result["resume"]
+    with sqlite3.connect(airflow["home"] / "airflow.db") as db:
+        tries = db.execute("SELECT state, try_number FROM task_instance WHERE dag_id = 'hvd_executor_lost'").fetchall()
+    assert tries == [("success", 1)], tries
+    record.observe(f"succeeded in try 1 after one restart, resuming from step {result['resumed_from_step']} of "
+                   f"{result['steps']}")
