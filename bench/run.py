@@ -27,6 +27,7 @@ REPO = HERE.parent
 sys.path.insert(0, str(HERE))
 
 import cloudpickle  # noqa: E402
+import restarts  # noqa: E402
 import workloads  # noqa: E402
 
 cloudpickle.register_pickle_by_value(workloads)
@@ -615,11 +616,13 @@ def report(results, args, elapsed):
         "",
         "![scaling](bench-scaling.png)",
         "",
+        *restarts.report_lines(results.get("preemption"), results.get("checkpoint")),
     ]
     (REPO / "docs" / "benchmarks.md").write_text("\n".join(lines))
 
 
-SECTIONS = ("launch", "import_check", "steady", "timeline", "init_cycles", "sizes", "np_scaling")
+SECTIONS = ("launch", "import_check", "steady", "timeline", "init_cycles", "sizes", "np_scaling", "preemption",
+            "checkpoint")
 
 
 def main():
@@ -668,6 +671,12 @@ def main():
         print("payload and result size ...", flush=True)
         results["payload"], results["result"] = size_scaling(max(2, args.reps // 2), [1, 16, 128, 1024])
     spark.stop()
+    if "preemption" in only:
+        print("preemption (max_restarts) ...", flush=True)
+        results["preemption"] = restarts.preemption_cost(max(3, args.reps // 2))
+    if "checkpoint" in only:
+        print("1 GiB checkpoint ...", flush=True)
+        results["checkpoint"] = restarts.checkpoint_cost(max(3, args.reps // 2))
     if "np_scaling" in only:
         print("np scaling ...", flush=True)
         out = subprocess.run([sys.executable, __file__, "--np-scaling-child", "--reps", str(args.reps)],

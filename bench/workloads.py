@@ -89,3 +89,38 @@ def hvd_init_cycles(cycles):
         hvd.shutdown()
         times.append(1000 * (time.perf_counter() - t0))
     return {"first_ms": times[0], "reinit_ms": statistics.median(times[1:]) if cycles > 1 else None}
+
+
+def steps_with_checkpoints(steps, step_s, checkpoint_every, marker_dir):
+    """A training loop of fixed-time steps that checkpoints on rank 0 and resumes after a restart.
+    Rank 0 records, per attempt, when it was ready to train (after hvd.init and the resume) and
+    from which step; it keeps its current step in <marker_dir>/progress; rank 1 marks its pid."""
+    import json
+    import os
+
+    import horovod.torch as hvd
+    import torch
+
+    from airflow_provider_hvd import checkpoint_dir, load_checkpoint, restart_number, resume_checkpoint, save_checkpoint
+
+    hvd.init()
+    resume = resume_checkpoint()
+    start = int(load_checkpoint(resume)["step"]) if resume else 0
+    hvd.allreduce(torch.ones(1), name="ready")
+    attempt = restart_number()
+    if hvd.rank() == 0:
+        with open(os.path.join(marker_dir, f"attempt-{attempt}.json"), "w") as f:
+            json.dump({"t_ready": time.time(), "start_step": start}, f)
+    else:
+        with open(os.path.join(marker_dir, f"attempt-{attempt}-rank-{hvd.rank()}.pid"), "w") as f:
+            f.write(str(os.getpid()))
+    for step in range(start, steps):
+        time.sleep(step_s)
+        hvd.allreduce(torch.ones(16), name="grad")
+        if hvd.rank() == 0:
+            if (step + 1) % checkpoint_every == 0:
+                save_checkpoint({"step": step + 1, "w": torch.zeros(1 << 16)}, checkpoint_dir(), step=step + 1)
+            with open(os.path.join(marker_dir, "progress.tmp"), "w") as f:
+                f.write(f"{attempt} {step + 1}")
+            os.replace(os.path.join(marker_dir, "progress.tmp"), os.path.join(marker_dir, "progress"))
+    return {"attempt": attempt, "t_end": time.time()}

@@ -156,6 +156,27 @@ def test_tampered_or_foreign_result_is_refused_by_the_operator(tmp_path, fault):
     record.observe(f"signed with another key -> refused; truncated -> {str(info.value)[:160]}")
 
 
+def test_max_restarts_comes_from_the_operator_then_the_connection_and_is_checked(monkeypatch):
+    from airflow_provider_hvd.operators.horovod_runner import HorovodRunnerOperator
+
+    monkeypatch.setenv("AIRFLOW_CONN_HOROVOD_DEFAULT", json.dumps({"conn_type": "horovod",
+                                                                    "extra": {"max_restarts": 3}}))
+    assert HorovodRunnerOperator(task_id="t", python_callable=print, np=2)._max_restarts() == 3
+    assert HorovodRunnerOperator(task_id="t", python_callable=print, np=2, max_restarts=0)._max_restarts() == 0
+    templated = HorovodRunnerOperator(task_id="t", python_callable=print, np=2, max_restarts="{{ params.r }}")
+    templated.max_restarts = "1"  # what rendering without native objects leaves
+    assert templated._max_restarts() == 1
+    templated.max_restarts = "many"
+    with pytest.raises(ValueError, match="max_restarts takes an int >= 0"):
+        templated._max_restarts()
+    with pytest.raises(ValueError, match="max_restarts takes an int >= 0.*got -2"):
+        HorovodRunnerOperator(task_id="t", python_callable=print, np=2, max_restarts=-2)
+    monkeypatch.setenv("AIRFLOW_CONN_HOROVOD_DEFAULT", json.dumps({"conn_type": "horovod",
+                                                                    "extra": {"max_restarts": "lots"}}))
+    with pytest.raises(ValueError, match="connection 'horovod_default': max_restarts takes"):
+        HorovodRunnerOperator(task_id="t", python_callable=print, np=2)._max_restarts()
+
+
 def test_sensor_pokes_then_defers_and_trigger_fires(tmp_path):
     from airflow.sdk.exceptions import TaskDeferred
 
@@ -300,7 +321,9 @@ def test_an_executor_lost_under_airflow_is_restarted_within_the_first_try(airflo
     markers.mkdir()
     spark = {"conn_type": "spark", "host": "local-cluster[2,1,1024]"}
     env = {**airflow["env"], "AIRFLOW__CORE__DAGS_FOLDER": str(REPO / "tests" / "dags"),
-           "AIRFLOW_CONN_SPARK_LOCAL_CLUSTER": json.dumps(spark), "HVD_TEST_MARKERS": str(markers)}
+           "AIRFLOW_CONN_SPARK_LOCAL_CLUSTER": json.dumps(spark), "HVD_TEST_MARKERS": str(markers),
+           # local-cluster would bind to this machine's first real interface; keep it on loopback.
+           "SPARK_LOCAL_IP": "127.0.0.1"}
     proc = subprocess.Popen([AIRFLOW, "dags", "test", "hvd_executor_lost"], env=env, stdout=subprocess.PIPE,
                             stderr=subprocess.STDOUT, text=True)
     output = []

@@ -4,6 +4,7 @@ One SparkContext per process, so each master gets its own module-scoped session,
 stopped before the next starts.
 """
 
+import os
 import sys
 
 import pytest
@@ -17,9 +18,19 @@ from airflow_provider_hvd.runner.errors import RankFailedError
 
 @pytest.fixture(scope="module")
 def local_cluster():
-    spark = new_session("local-cluster[2,1,1024]", "hvd-tests-local-cluster", **{"spark.executor.memory": "768m"})
-    yield spark
-    spark.stop()
+    # This machine's hostname resolves to loopback, so Spark would bind local-cluster to the first
+    # real interface it finds; tests keep their traffic on loopback. Executors inherit it.
+    before = os.environ.get("SPARK_LOCAL_IP")
+    os.environ["SPARK_LOCAL_IP"] = "127.0.0.1"
+    try:
+        spark = new_session("local-cluster[2,1,1024]", "hvd-tests-local-cluster", **{"spark.executor.memory": "768m"})
+        yield spark
+        spark.stop()
+    finally:
+        if before is None:
+            os.environ.pop("SPARK_LOCAL_IP", None)
+        else:
+            os.environ["SPARK_LOCAL_IP"] = before
 
 
 @pytest.mark.parametrize("launcher", ["gloo", "mpi"])
