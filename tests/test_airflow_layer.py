@@ -5,6 +5,7 @@ import datetime
 import importlib
 import json
 import os
+import re
 import signal
 import sqlite3
 import subprocess
@@ -20,8 +21,13 @@ REPO = Path(__file__).resolve().parent.parent
 AIRFLOW = str(Path(sys.executable).parent / "airflow")
 
 
-def run_airflow(airflow, *args, timeout=600):
-    done = subprocess.run([AIRFLOW, *args], env=airflow["env"], capture_output=True, text=True, timeout=timeout)
+# Spark's log4j2 lines, as its pattern writes them: "26/12/04 09:42:56 INFO SparkContext: ...".
+SPARK_LOG_LINE = re.compile(r"\d\d/\d\d/\d\d \d\d:\d\d:\d\d [A-Z]+ [\w$.]+: .*")
+
+
+def run_airflow(airflow, *args, timeout=600, env=None):
+    done = subprocess.run([AIRFLOW, *args], env={**airflow["env"], **(env or {})}, capture_output=True, text=True,
+                          timeout=timeout)
     return done.returncode, done.stdout + done.stderr
 
 
@@ -70,6 +76,16 @@ def test_tasks_test_runs_the_train_task_alone(airflow, no_leftovers):
     assert rc == 0, out[-5000:]
     assert "[1]<log>: epoch 2:" in out
     assert "Submitting the Horovod application (np=2) to Spark master local[*]" in out
+    # A training log, not Spark's: none of its INFO start-up (issue 19 said about 60 lines), only the
+    # line that says where its UI is.
+    spark_info = SPARK_LOG_LINE.findall(out)
+    assert [line for line in spark_info if " INFO " in line and " INFO SparkUI:" not in line] == [], spark_info
+    assert any(" INFO SparkUI:" in line and "http://" in line for line in spark_info), out[-5000:]
+    # The one switch back to Spark's INFO, documented in the operator.
+    rc, out = run_airflow(airflow, "tasks", "test", "-t", json.dumps({"epochs": 1, "spark_log_level": "INFO"}),
+                          "hvd_mnist_pytorch", "train")
+    assert rc == 0, out[-5000:]
+    assert len([line for line in SPARK_LOG_LINE.findall(out) if " INFO " in line]) > 20, out[-5000:]
 
 
 def test_scheduled_retraining_resumes_and_publishes(airflow, no_leftovers):

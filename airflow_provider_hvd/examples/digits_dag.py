@@ -45,6 +45,8 @@ def digits_training_dag(dag_id: str, *, train: Callable, evaluate: Callable, tag
             "min_accuracy": Param(0.9, type="number"),
             "max_restarts": Param(2, type="integer", minimum=0,
                                   description="restarts from the last checkpoint after a lost executor or rank"),
+            "spark_log_level": Param("WARN", enum=["WARN", "INFO", "DEBUG"],
+                                     description="Spark's own lines in the train task's log: INFO for debugging"),
         },
     )
     def digits_training():
@@ -66,6 +68,7 @@ def digits_training_dag(dag_id: str, *, train: Callable, evaluate: Callable, tag
             storage_path="{{ params.storage }}",
             timeline=True,
             max_restarts="{{ params.max_restarts }}",
+            conf={"spark.log.level": "{{ params.spark_log_level }}"},
             render_template_as_native_obj=True,  # epochs and max_restarts render as ints
         )
 

@@ -65,7 +65,10 @@ class HorovodRunnerOperator(BaseOperator):
         tries (for retries); a folder or checkpoint URL: the newest one there (templated).
         Exported to ranks as ``HVD_RESUME_FROM`` (``airflow_provider_hvd.resume_checkpoint()``).
     :param env: extra environment for every rank (templated).
-    :param conf: extra Spark configuration for the application (templated).
+    :param conf: extra Spark configuration for the application (templated). Spark logs at WARN
+        from its first line, so the task log reads as a training log, keeping only the line with
+        the Spark UI's address (runner/spark_log4j2.properties); ``{"spark.log.level": "INFO"}``
+        brings all of Spark's INFO lines back for debugging.
     :param driver_log_verbosity: ``all`` or ``log_callback_only`` (default: the connection's, else ``all``).
     :param launcher: ``auto`` or ``gloo`` (default: the connection's, else ``auto``).
     :param start_timeout: seconds for every rank to start.
@@ -195,8 +198,16 @@ class HorovodRunnerOperator(BaseOperator):
             env_vars={spark_app.SIGNING_KEY_ENV: key.hex(), spark_app.RANK_ENV_ENV: json.dumps(rank_env),
                       "PYTHONUNBUFFERED": "1",
                       "PATH": os.path.dirname(sys.executable) + os.pathsep + os.environ.get("PATH", "")})
-        # Spark's INFO chatter would bury the ranks' lines in the task log; conf can set it back.
-        conf.setdefault("spark.log.level", "WARN")
+        # Spark's INFO chatter would bury the ranks' lines in the task log. spark.log.level applies
+        # only once the SparkContext exists, so the driver's JVM also starts with our log4j2
+        # configuration (WARN, plus the line with the Spark UI's address). The one switch back:
+        # conf={"spark.log.level": "INFO"} (or DEBUG, ...) leaves Spark's own configuration in place.
+        level = str(conf.setdefault("spark.log.level", "WARN")).upper()
+        if level in ("WARN", "ERROR", "FATAL", "OFF"):
+            option = f"-Dlog4j2.configurationFile=file:{spark_app.LOG4J2_CONFIG}"
+            existing = str(conf.get("spark.driver.extraJavaOptions", ""))
+            if "log4j2.configurationFile" not in existing:  # the user's own configuration wins
+                conf["spark.driver.extraJavaOptions"] = f"{existing} {option}".strip()
         if hook.master.startswith("local"):
             # Same machine: the driver and its workers use this interpreter (its venv has horovod).
             conf.setdefault("spark.pyspark.python", sys.executable)

@@ -24,6 +24,8 @@ import traceback
 from airflow_provider_hvd.runner import defaults
 
 SIGNING_KEY_ENV = "HVD_SIGNING_KEY"
+# Spark's log4j2 configuration for this application: WARN from the JVM's first line (the file says why).
+LOG4J2_CONFIG = os.path.join(os.path.dirname(os.path.abspath(__file__)), "spark_log4j2.properties")
 RANK_ENV_ENV = "HVD_RANK_ENV_JSON"
 
 
