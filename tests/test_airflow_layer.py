@@ -255,6 +255,51 @@ def test_every_class_the_provider_lists_is_importable():
         assert hook.conn_type == conn["connection-type"] == "horovod"
 
 
+PROVIDERS_MANAGER_PROBE = """
+import json, warnings
+from airflow.providers_manager import ProvidersManager
+with warnings.catch_warnings(record=True) as caught:
+    warnings.simplefilter("always")
+    pm = ProvidersManager()
+    widgets = {name: {"label": w.field["schema"].get("title"), "field_name": w.field_name}
+               for name, w in pm.connection_form_widgets.items() if name.startswith("extra__horovod__")}
+    behaviour = pm.field_behaviours.get("horovod")
+    hook = pm.hooks.get("horovod")
+print("PROBE " + json.dumps({"widgets": widgets, "behaviour": behaviour,
+                             "hook_name": hook.hook_name if hook else None,
+                             "deprecations": [str(w.message) for w in caught if "airflow_provider_hvd" in str(w.message)]}))
+"""
+
+
+def test_the_connection_form_is_declared_for_airflows_ui(airflow):
+    # Airflow's own providers manager, in a process of its own, reads the form from provider info.
+    done = subprocess.run([sys.executable, "-c", PROVIDERS_MANAGER_PROBE], env=airflow["env"], capture_output=True,
+                          text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    probe = json.loads(done.stdout.split("PROBE ", 1)[1])
+    assert probe["hook_name"] == "Horovod"
+    assert {w["field_name"] for w in probe["widgets"].values()} == {"storage_path", "launcher",
+                                                                      "driver_log_verbosity", "max_restarts"}
+    assert probe["widgets"]["extra__horovod__max_restarts"]["label"] == "Max restarts"
+    assert probe["behaviour"]["hidden_fields"] == ["host", "schema", "login", "port"]
+    assert probe["behaviour"]["relabeling"] == {"password": "Signing key (hex)"}
+    assert probe["behaviour"]["placeholders"]["extra__horovod__storage_path"].startswith("s3://")
+    assert probe["deprecations"] == []
+
+
+def test_the_hook_reads_exactly_the_declared_fields_as_json_or_as_the_ui_saves_them(monkeypatch):
+    from airflow_provider_hvd.hooks.horovod import HorovodHook
+
+    monkeypatch.setenv("AIRFLOW_CONN_HOROVOD_UI", json.dumps({"conn_type": "horovod", "extra": {
+        "extra__horovod__launcher": "gloo", "max_restarts": 2, "driver_log_verbosity": ""}}))
+    hook = HorovodHook("horovod_ui")
+    assert hook.setting("launcher", "auto") == "gloo"
+    assert hook.setting("max_restarts", 0) == 2
+    assert hook.setting("driver_log_verbosity", "all") == "all"  # left empty in the form: the default
+    with pytest.raises(KeyError, match="'mpi_arg' is not a field of the horovod connection"):
+        hook.setting("mpi_arg", None)
+
+
 @pytest.mark.faults
 def test_retry_resumes_from_the_failed_tries_checkpoint(airflow, no_leftovers, fault):
     record = fault("the training task's first try dies after checkpoint 7 (`airflow dags test`, retries=1)",

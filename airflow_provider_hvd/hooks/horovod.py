@@ -9,6 +9,8 @@ from airflow.providers.apache.spark.hooks.spark_submit import SparkSubmitHook
 from airflow.sdk import BaseHook, ObjectStoragePath
 from airflow.sdk.exceptions import AirflowNotFoundException
 
+from airflow_provider_hvd.get_provider_info import CONN_FIELDS, UI_FIELD_BEHAVIOUR
+
 DEFAULT_STORAGE = "file:///tmp/airflow-provider-hvd"
 LOCAL_MASTER = "local[*]"
 
@@ -32,14 +34,8 @@ class HorovodHook(BaseHook):
 
     @classmethod
     def get_ui_field_behaviour(cls) -> dict[str, Any]:
-        return {
-            "hidden_fields": ["host", "schema", "login", "port"],
-            "relabeling": {"password": "Signing key (hex)"},
-            "placeholders": {
-                "extra": '{"storage_path": "s3://aws_default@bucket/horovod", "launcher": "auto"}',
-                "password": "leave empty to make a new key for each run",
-            },
-        }
+        """For Airflow before 3.2, which asks the hook; later ones read provider info (one definition)."""
+        return {key.replace("-", "_"): value for key, value in UI_FIELD_BEHAVIOUR.items()}
 
     def __init__(self, horovod_conn_id: str = default_conn_name, **kwargs: Any) -> None:
         super().__init__(**kwargs)
@@ -73,10 +69,19 @@ class HorovodHook(BaseHook):
         return key
 
     def storage_path(self, override: str | None = None) -> ObjectStoragePath:
-        return ObjectStoragePath(override or self.get_conn().get("storage_path") or DEFAULT_STORAGE)
+        return ObjectStoragePath(override or self.setting("storage_path", None) or DEFAULT_STORAGE)
 
     def setting(self, name: str, default: Any) -> Any:
-        return self.get_conn().get(name, default)
+        """An extra field of the connection, as the UI form (``extra__horovod__<name>``) or a JSON
+        extra (``<name>``) sets it; ``default`` when unset or empty."""
+        if name not in CONN_FIELDS:
+            raise KeyError(f"{name!r} is not a field of the horovod connection ({', '.join(CONN_FIELDS)}): declare "
+                           "it in get_provider_info.CONN_FIELDS so that Airflow's UI shows it")
+        settings = self.get_conn()
+        value = settings.get(name)
+        if value in (None, ""):
+            value = settings.get(f"extra__{self.conn_type}__{name}")
+        return default if value in (None, "") else value
 
 
 class HorovodSparkSubmitHook(SparkSubmitHook):
