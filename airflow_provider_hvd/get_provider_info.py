@@ -6,7 +6,8 @@ from airflow_provider_hvd import __version__
 
 
 # The ``horovod`` connection's form, read by Airflow's UI without importing the hook (Airflow >= 3.2).
-# The extra fields are the settings HorovodHook.setting() reads, and only those (tested).
+# The extra fields are the settings HorovodHook.setting() reads, and only those: storage_path and
+# every runner option of runner/defaults.OPTIONS (tested).
 CONN_FIELDS = {
     "storage_path": {
         "label": "Storage path",
@@ -24,6 +25,42 @@ CONN_FIELDS = {
         "label": "Rank output in the task log",
         "description": "all: every rank's stdout and stderr; log_callback_only: only log_to_driver messages.",
         "schema": {"type": ["string", "null"], "enum": ["all", "log_callback_only", None]},
+    },
+    "mpi_args": {
+        "label": "Extra mpirun arguments",
+        "description": 'For launcher mpi: one string ("-mca btl tcp,self") or a JSON list.',
+        "schema": {"type": ["string", "array", "null"]},
+    },
+    "start_timeout": {
+        "label": "Start timeout (s)",
+        "description": "Seconds for every rank to start (default 120).",
+        "schema": {"type": ["number", "null"], "exclusiveMinimum": 0},
+    },
+    "stall_timeout": {
+        "label": "Stall timeout (s)",
+        "description": "Seconds a rank may wait in a collective the others never join (default 600; \"none\": forever).",
+        "schema": {"type": ["number", "string", "null"]},
+    },
+    "timeout": {
+        "label": "Run timeout (s)",
+        "description": "Seconds for the whole training run (default: no limit).",
+        "schema": {"type": ["number", "string", "null"]},
+    },
+    "slot_wait_timeout": {
+        "label": "Slot wait (s)",
+        "description": "Seconds to wait for np free task slots, before the first attempt and each restart "
+                       "(default 30; raise it on an autoscaling cluster).",
+        "schema": {"type": ["number", "null"], "minimum": 0},
+    },
+    "timeline_interval": {
+        "label": "Timeline refresh (s)",
+        "description": "Seconds between refreshes of the timeline's live view (default 5).",
+        "schema": {"type": ["number", "null"], "exclusiveMinimum": 0},
+    },
+    "timeline_live_bytes": {
+        "label": "Timeline live view (bytes)",
+        "description": "Size of the live view's window of recent events (default 8 MiB; 0: no live view).",
+        "schema": {"type": ["integer", "null"], "minimum": 0},
     },
     "max_restarts": {
         "label": "Max restarts",

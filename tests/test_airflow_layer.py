@@ -172,25 +172,46 @@ def test_tampered_or_foreign_result_is_refused_by_the_operator(tmp_path, fault):
     record.observe(f"signed with another key -> refused; truncated -> {str(info.value)[:160]}")
 
 
-def test_max_restarts_comes_from_the_operator_then_the_connection_and_is_checked(monkeypatch):
+def test_runner_options_come_from_the_operator_then_the_connection_then_the_defaults(monkeypatch):
     from airflow_provider_hvd.operators.horovod_runner import HorovodRunnerOperator
+    from airflow_provider_hvd.runner import defaults, spark_app
 
-    monkeypatch.setenv("AIRFLOW_CONN_HOROVOD_DEFAULT", json.dumps({"conn_type": "horovod",
-                                                                    "extra": {"max_restarts": 3}}))
-    assert HorovodRunnerOperator(task_id="t", python_callable=print, np=2)._max_restarts() == 3
-    assert HorovodRunnerOperator(task_id="t", python_callable=print, np=2, max_restarts=0)._max_restarts() == 0
-    templated = HorovodRunnerOperator(task_id="t", python_callable=print, np=2, max_restarts="{{ params.r }}")
-    templated.max_restarts = "1"  # what rendering without native objects leaves
-    assert templated._max_restarts() == 1
+    monkeypatch.setenv("AIRFLOW_CONN_HOROVOD_DEFAULT", json.dumps({"conn_type": "horovod", "extra": {
+        "max_restarts": 3, "stall_timeout": "none", "extra__horovod__slot_wait_timeout": "300",
+        "mpi_args": "-mca btl tcp,self"}}))
+    op = HorovodRunnerOperator(task_id="t", python_callable=print, np=2, stall_timeout=45, timeout="none")
+    options = op.runner_options()
+    assert options == {"max_restarts": 3, "slot_wait_timeout": 300.0, "mpi_args": ["-mca", "btl", "tcp,self"],
+                       "stall_timeout": 45.0, "timeout": None}
+    # What the Spark application receives, parsed as it parses it, reaches HorovodRunner's arguments.
+    parsed = spark_app.parse_args(["--payload", "p", "--result", "r", "--np", "2", "--options", json.dumps(options)])
+    assert parsed.options == {**options, "mpi_args": ("-mca", "btl", "tcp,self")}
+    import inspect
+
+    from airflow_provider_hvd import HorovodRunner
+    runner_args = inspect.signature(HorovodRunner).parameters
+    assert set(defaults.OPTIONS) <= set(runner_args)
+    assert all(runner_args[name].default == default for name, (default, _) in defaults.OPTIONS.items())
+    # Templated values, as rendering without native objects leaves them.
+    templated = HorovodRunnerOperator(task_id="t", python_callable=print, np="{{ params.np }}",
+                                      max_restarts="{{ params.r }}")
+    templated.np, templated.max_restarts = "-2", "1"
+    assert templated._np() == -2 and templated.runner_options()["max_restarts"] == 1
+    templated.np = "two"
+    with pytest.raises(TypeError, match="np rendered to 'two'"):
+        templated._np()
     templated.max_restarts = "many"
-    with pytest.raises(ValueError, match="max_restarts takes an int >= 0"):
-        templated._max_restarts()
+    with pytest.raises(ValueError, match="argument max_restarts: max_restarts takes an int >= 0"):
+        templated.runner_options()
+    # Bad values fail when the DAG is parsed, naming the option.
     with pytest.raises(ValueError, match="max_restarts takes an int >= 0.*got -2"):
         HorovodRunnerOperator(task_id="t", python_callable=print, np=2, max_restarts=-2)
+    with pytest.raises(ValueError, match="stall_timeout takes a number of seconds > 0 or 'none'"):
+        HorovodRunnerOperator(task_id="t", python_callable=print, np=2, stall_timeout="soon")
     monkeypatch.setenv("AIRFLOW_CONN_HOROVOD_DEFAULT", json.dumps({"conn_type": "horovod",
-                                                                    "extra": {"max_restarts": "lots"}}))
-    with pytest.raises(ValueError, match="connection 'horovod_default': max_restarts takes"):
-        HorovodRunnerOperator(task_id="t", python_callable=print, np=2)._max_restarts()
+                                                                    "extra": {"launcher": "ssh"}}))
+    with pytest.raises(ValueError, match="field of connection 'horovod_default' launcher: launcher='ssh'"):
+        HorovodRunnerOperator(task_id="t", python_callable=print, np=2).runner_options()
 
 
 def test_sensor_pokes_then_defers_and_trigger_fires(tmp_path):
@@ -278,8 +299,9 @@ def test_the_connection_form_is_declared_for_airflows_ui(airflow):
     assert done.returncode == 0, done.stderr[-3000:]
     probe = json.loads(done.stdout.split("PROBE ", 1)[1])
     assert probe["hook_name"] == "Horovod"
-    assert {w["field_name"] for w in probe["widgets"].values()} == {"storage_path", "launcher",
-                                                                      "driver_log_verbosity", "max_restarts"}
+    from airflow_provider_hvd.runner import defaults
+
+    assert {w["field_name"] for w in probe["widgets"].values()} == {"storage_path", *defaults.OPTIONS}
     assert probe["widgets"]["extra__horovod__max_restarts"]["label"] == "Max restarts"
     assert probe["behaviour"]["hidden_fields"] == ["host", "schema", "login", "port"]
     assert probe["behaviour"]["relabeling"] == {"password": "Signing key (hex)"}

@@ -46,7 +46,8 @@ class HorovodRunnerOperator(BaseOperator):
     it is JSON-serialisable, else its URI).
 
     :param python_callable: the training function; import modules inside it.
-    :param np: ranks: ``> 0`` a Spark barrier stage; ``< 0`` subprocesses of the Spark driver.
+    :param np: ranks: ``> 0`` a Spark barrier stage; ``< 0`` subprocesses of the Spark driver
+        (templated: ``"{{ params.np }}"`` is checked once rendered).
     :param op_kwargs: keyword arguments for the callable (templated).
     :param spark_conn_id: Spark connection (master, deploy mode, conf). When it does not
         exist, Spark ``local[*]`` is used and logged.
@@ -69,40 +70,52 @@ class HorovodRunnerOperator(BaseOperator):
         from its first line, so the task log reads as a training log, keeping only the line with
         the Spark UI's address (runner/spark_log4j2.properties); ``{"spark.log.level": "INFO"}``
         brings all of Spark's INFO lines back for debugging.
-    :param driver_log_verbosity: ``all`` or ``log_callback_only`` (default: the connection's, else ``all``).
-    :param launcher: ``auto`` or ``gloo`` (default: the connection's, else ``auto``).
-    :param start_timeout: seconds for every rank to start.
-    :param timeline_interval: seconds between refreshes of the timeline's live view.
+
+    HorovodRunner's options, each templated; one left unset (None) takes the ``horovod``
+    connection's field of the same name, else the default in ``runner/defaults.py``. Where a
+    limit can be lifted, pass ``"none"`` (None means "not set here"):
+
+    :param driver_log_verbosity: ``all`` (default) or ``log_callback_only``.
+    :param launcher: ``auto`` (default), ``gloo`` or ``mpi``.
+    :param mpi_args: extra mpirun arguments: a list, or one string of them.
+    :param start_timeout: seconds for every rank to start (default 120).
+    :param stall_timeout: seconds a rank may wait in a collective the others never join
+        (default 600; ``"none"``: forever).
+    :param timeout: seconds for the whole training run (default: ``"none"``).
+    :param slot_wait_timeout: seconds to wait for ``np`` free task slots, before the first
+        attempt and before each restart (default 30; raise it on an autoscaling cluster).
+    :param timeline_interval: seconds between refreshes of the timeline's live view (default 5).
     :param timeline_live_bytes: size of the live view's window of recent events (default
         8 MiB); 0: no live view.
     :param max_restarts: restarts of the rank group inside this task's Spark application after
         a failure a restart can cure (a lost executor or host, a rank killed by a signal, a
         network failure between ranks), each resuming from the newest checkpoint the run wrote
-        under ``checkpoint_path``; an exception of the callable is never restarted. Default: the
-        connection's ``max_restarts``, else 0. Cheaper than an Airflow retry: no new
-        spark-submit, no new application.
+        under ``checkpoint_path``; an exception of the callable is never restarted (default 0).
+        Cheaper than an Airflow retry: no new spark-submit, no new application.
     """
 
-    template_fields: Sequence[str] = ("op_kwargs", "storage_path", "timeline", "checkpoint_path",
-                                      "resume_from_checkpoint", "env", "conf", "max_restarts")
+    template_fields: Sequence[str] = ("np", "op_kwargs", "storage_path", "timeline", "checkpoint_path",
+                                      "resume_from_checkpoint", "env", "conf", *defaults.OPTIONS)
     template_fields_renderers = {"op_kwargs": "py", "env": "json", "conf": "json"}
     ui_color = "#e8f4fd"
 
-    def __init__(self, *, python_callable: Callable[..., Any], np: int, op_kwargs: dict[str, Any] | None = None,
+    def __init__(self, *, python_callable: Callable[..., Any], np: int | str, op_kwargs: dict[str, Any] | None = None,
                  spark_conn_id: str = "spark_default", horovod_conn_id: str = HorovodHook.default_conn_name,
                  storage_path: str | None = None, timeline: bool | str = False,
                  checkpoint_path: str | None = None, resume_from_checkpoint: bool | str = False,
                  env: dict[str, str] | None = None, conf: dict[str, Any] | None = None,
                  driver_log_verbosity: str | None = None, launcher: str | None = None,
-                 start_timeout: float = defaults.START_TIMEOUT_S,
-                 timeline_interval: float = defaults.TIMELINE_INTERVAL_S,
-                 timeline_live_bytes: int = defaults.TIMELINE_LIVE_BYTES, max_restarts: int | str | None = None,
+                 mpi_args: list[str] | str | None = None, start_timeout: float | str | None = None,
+                 stall_timeout: float | str | None = None, timeout: float | str | None = None,
+                 slot_wait_timeout: float | str | None = None, timeline_interval: float | str | None = None,
+                 timeline_live_bytes: int | str | None = None, max_restarts: int | str | None = None,
                  **kwargs: Any) -> None:
         super().__init__(**kwargs)
         if not callable(python_callable):
             raise TypeError(f"python_callable must be a function, got {type(python_callable).__name__}")
         self.python_callable = python_callable
-        self.np = defaults.check_np(np)
+        # A template is checked once rendered (execute); anything else now, before the DAG loads.
+        self.np = np if _is_template(np) else defaults.parse_np(np)
         self.op_kwargs = op_kwargs or {}
         self.spark_conn_id = spark_conn_id
         self.horovod_conn_id = horovod_conn_id
@@ -112,14 +125,15 @@ class HorovodRunnerOperator(BaseOperator):
         self.resume_from_checkpoint = resume_from_checkpoint
         self.env = env or {}
         self.conf = conf or {}
-        self.driver_log_verbosity = driver_log_verbosity
-        self.launcher = launcher
-        self.start_timeout = start_timeout
-        self.timeline_interval = timeline_interval
-        self.timeline_live_bytes = defaults.check_timeline_live_bytes(timeline_live_bytes)
-        # A template ("{{ params.max_restarts }}") is checked once rendered, in execute.
-        self.max_restarts = max_restarts if max_restarts is None or _is_template(max_restarts) \
-            else defaults.check_max_restarts(max_restarts)
+        given = {"driver_log_verbosity": driver_log_verbosity, "launcher": launcher, "mpi_args": mpi_args,
+                 "start_timeout": start_timeout, "stall_timeout": stall_timeout, "timeout": timeout,
+                 "slot_wait_timeout": slot_wait_timeout, "timeline_interval": timeline_interval,
+                 "timeline_live_bytes": timeline_live_bytes, "max_restarts": max_restarts}
+        assert set(given) == set(defaults.OPTIONS), "every runner option is an argument of the operator"
+        for name, value in given.items():
+            if value is not None and not _is_template(value):
+                defaults.parse_option(name, value)  # a bad value fails when the DAG is parsed
+            setattr(self, name, value)
         self._submit_hook: HorovodSparkSubmitHook | None = None
 
     @cached_property
@@ -152,22 +166,19 @@ class HorovodRunnerOperator(BaseOperator):
         if resume:
             rank_env[RESUME_FROM_ENV] = resume
             self.log.info("Resuming from checkpoint %s (step %d)", resume, checkpoint_step(resume))
-        args = ["--payload", plain_url(payload_path), "--result", plain_url(result_path), "--np", str(self.np),
-                "--verbosity", self.driver_log_verbosity or self.hook.setting("driver_log_verbosity",
-                                                                              defaults.DRIVER_LOG_VERBOSITY),
-                "--launcher", self.launcher or self.hook.setting("launcher", defaults.LAUNCHER),
-                "--start-timeout", str(self.start_timeout), "--timeline-interval", str(self.timeline_interval),
-                "--timeline-live-bytes", str(self.timeline_live_bytes),
-                "--max-restarts", str(self._max_restarts())]
+        np = self._np()
+        options = self.runner_options()
+        args = ["--payload", plain_url(payload_path), "--result", plain_url(result_path), "--np", str(np),
+                "--options", json.dumps(options)]
         if self.timeline:
             timeline_path = prefix / "timeline.json" if self.timeline is True else ObjectStoragePath(self.timeline)
             args += ["--timeline", plain_url(timeline_path)]
             ti.xcom_push(key="timeline", value=str(timeline_path))
-            if self.timeline_live_bytes:
+            if options.get("timeline_live_bytes", defaults.TIMELINE_LIVE_BYTES):
                 ti.xcom_push(key="timeline_live", value=live_view_location(str(timeline_path)))
 
         self._submit_hook = self._make_submit_hook(key, args, rank_env, context)
-        self.log.info("Submitting the Horovod application (np=%d) to Spark master %s", self.np,
+        self.log.info("Submitting the Horovod application (np=%d) to Spark master %s", np,
                       self._submit_hook.master)
         try:
             self._submit_hook.submit(application=os.path.abspath(spark_app.__file__))
@@ -175,16 +186,28 @@ class HorovodRunnerOperator(BaseOperator):
             raise AirflowException(self._failure_message(result_path) or str(exc)) from exc
         return self._read_result(result_path, key)
 
-    def _max_restarts(self) -> int:
-        if self.max_restarts is not None:
-            value = self.max_restarts
-            if isinstance(value, str) and value.strip().isdigit():  # rendered without native objects
-                value = int(value)
-            return defaults.check_max_restarts(value)
+    def _np(self) -> int:
         try:
-            return defaults.check_max_restarts(self.hook.setting("max_restarts", defaults.MAX_RESTARTS))
-        except ValueError as exc:
-            raise ValueError(f"connection {self.horovod_conn_id!r}: {exc}") from None
+            return defaults.parse_np(self.np)
+        except (TypeError, ValueError) as exc:
+            raise type(exc)(f"np rendered to {self.np!r}: {exc}") from None
+
+    def runner_options(self) -> dict[str, Any]:
+        """HorovodRunner's options for this task: the operator's argument, else the connection's
+        field, checked; those set in neither are left out and take the runner's default. JSON-ready."""
+        options: dict[str, Any] = {}
+        for name in defaults.OPTIONS:
+            value, source = getattr(self, name), "argument"
+            if value is None:
+                value, source = self.hook.setting(name, None), f"field of connection {self.horovod_conn_id!r}"
+            if value is None:
+                continue
+            try:
+                parsed = defaults.parse_option(name, value)
+            except ValueError as exc:
+                raise ValueError(f"HorovodRunnerOperator {source} {name}: {exc}") from None
+            options[name] = list(parsed) if isinstance(parsed, tuple) else parsed
+        return options
 
     def _make_submit_hook(self, key: bytes, args: list[str], rank_env: dict[str, str],
                           context: Context) -> HorovodSparkSubmitHook:

@@ -50,3 +50,89 @@ def check_np(np: object) -> int:
         raise ValueError("np=0 runs nothing: pass np=N (N > 0) for N ranks in a Spark barrier stage, or "
                          "np=-N for N ranks as subprocesses of the driver (debugging).")
     return np
+
+
+# ---- Every runner option, as the operator and its connection pass them -------------------------------------
+# HorovodRunnerOperator takes each of these as an argument; unset (None) falls back to the
+# ``horovod`` connection's field of the same name, then to the default here. Values may
+# arrive as text (a template, a connection form), so each parser takes both and says what
+# is wrong, naming the option. They reach the Spark application as one JSON argument.
+
+NO_LIMIT = "none"  # how the operator and the connection spell "no limit" (None means "not set here")
+
+
+def _text_number(value: object) -> object:
+    if isinstance(value, str):
+        text = value.strip()
+        try:
+            return int(text)
+        except ValueError:
+            try:
+                return float(text)
+            except ValueError:
+                return value
+    return value
+
+
+def _seconds(name: str, optional: bool = False, allow_zero: bool = False):
+    def parse(value: object) -> float | None:
+        if optional and (value is None or (isinstance(value, str) and value.strip().lower() == NO_LIMIT)):
+            return None
+        number = _text_number(value)
+        if isinstance(number, bool) or not isinstance(number, (int, float)) or number < 0 or \
+                (number == 0 and not allow_zero):
+            raise ValueError(f"{name} takes a number of seconds {'>= 0' if allow_zero else '> 0'}"
+                             + (f" or {NO_LIMIT!r} for no limit" if optional else "") + f", got {value!r}")
+        return float(number)
+    return parse
+
+
+def _choice(name: str, choices: tuple[str, ...]):
+    def parse(value: object) -> str:
+        if value not in choices:
+            raise ValueError(f"{name}={value!r}: use one of {', '.join(choices)}")
+        return str(value)
+    return parse
+
+
+def _args(name: str):
+    def parse(value: object) -> tuple[str, ...]:
+        import json
+        import shlex
+
+        if isinstance(value, str):
+            text = value.strip()
+            value = json.loads(text) if text.startswith("[") else shlex.split(text)
+        if not isinstance(value, (list, tuple)) or not all(isinstance(a, (str, int, float)) for a in value):
+            raise ValueError(f"{name} takes a list of arguments (or one string of them), got {value!r}")
+        return tuple(str(a) for a in value)
+    return parse
+
+
+def _whole(check):
+    return lambda value: check(_text_number(value))
+
+
+OPTIONS: dict[str, tuple[object, object]] = {
+    # name: (default, parser)
+    "driver_log_verbosity": (DRIVER_LOG_VERBOSITY, _choice("driver_log_verbosity", VERBOSITIES)),
+    "launcher": (LAUNCHER, _choice("launcher", LAUNCHERS)),
+    "mpi_args": ((), _args("mpi_args")),
+    "start_timeout": (START_TIMEOUT_S, _seconds("start_timeout")),
+    "stall_timeout": (STALL_TIMEOUT_S, _seconds("stall_timeout", optional=True)),
+    "timeout": (TIMEOUT_S, _seconds("timeout", optional=True)),
+    "slot_wait_timeout": (SLOT_WAIT_TIMEOUT_S, _seconds("slot_wait_timeout", allow_zero=True)),
+    "timeline_interval": (TIMELINE_INTERVAL_S, _seconds("timeline_interval")),
+    "timeline_live_bytes": (TIMELINE_LIVE_BYTES, _whole(check_timeline_live_bytes)),
+    "max_restarts": (MAX_RESTARTS, _whole(check_max_restarts)),
+}
+
+
+def parse_option(name: str, value: object) -> object:
+    """``value`` of runner option ``name`` checked and normalised, or a ValueError naming it."""
+    return OPTIONS[name][1](value)
+
+
+def parse_np(value: object) -> int:
+    """``np`` from Python or from a rendered template ("2", "-2")."""
+    return check_np(_text_number(value) if isinstance(value, str) else value)

@@ -1,6 +1,9 @@
 """The Spark application HorovodRunnerOperator submits: payload in, HorovodRunner, result out.
 
-    spark-submit .../spark_app.py --payload URL --result URL --np N [--timeline URL] ...
+    spark-submit .../spark_app.py --payload URL --result URL --np N [--timeline URL] [--options JSON]
+
+``--options``: HorovodRunner's options (defaults.OPTIONS) as a JSON object; each is checked
+here as it is in the operator, and one left out takes its default.
 
 No Airflow import: it runs wherever spark-submit puts the driver. The signing
 key (HVD_SIGNING_KEY, hex) and the ranks' extra environment (HVD_RANK_ENV_JSON)
@@ -43,13 +46,23 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("--result", required=True)
     parser.add_argument("--np", type=int, required=True)
     parser.add_argument("--timeline")
-    parser.add_argument("--timeline-interval", type=float, default=defaults.TIMELINE_INTERVAL_S)
-    parser.add_argument("--timeline-live-bytes", type=int, default=defaults.TIMELINE_LIVE_BYTES)
-    parser.add_argument("--verbosity", default=defaults.DRIVER_LOG_VERBOSITY)
-    parser.add_argument("--launcher", default=defaults.LAUNCHER)
-    parser.add_argument("--start-timeout", type=float, default=defaults.START_TIMEOUT_S)
-    parser.add_argument("--max-restarts", type=int, default=defaults.MAX_RESTARTS)
+    parser.add_argument("--options", type=runner_options, default={},
+                        help="HorovodRunner's options as a JSON object: " + ", ".join(defaults.OPTIONS))
     return parser.parse_args(argv)
+
+
+def runner_options(text: str) -> dict:
+    """``--options``: every key a known option, every value checked (argparse reports the error)."""
+    options = json.loads(text)
+    if not isinstance(options, dict):
+        raise argparse.ArgumentTypeError(f"--options takes a JSON object, got {text!r}")
+    unknown = sorted(set(options) - set(defaults.OPTIONS))
+    if unknown:
+        raise argparse.ArgumentTypeError(f"unknown option(s) {unknown}: known are {', '.join(defaults.OPTIONS)}")
+    try:
+        return {name: defaults.parse_option(name, value) for name, value in options.items()}
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -79,11 +92,7 @@ def main(argv: list[str] | None = None) -> int:
         from pyspark.sql import SparkSession
 
         spark = SparkSession.builder.getOrCreate()
-        runner = HorovodRunner(np=args.np, driver_log_verbosity=args.verbosity, launcher=args.launcher,
-                               env=rank_env, start_timeout=args.start_timeout,
-                               timeline=args.timeline, timeline_interval=args.timeline_interval,
-                               timeline_live_bytes=args.timeline_live_bytes, spark=spark,
-                               max_restarts=args.max_restarts)
+        runner = HorovodRunner(np=args.np, env=rank_env, timeline=args.timeline, spark=spark, **args.options)
         value = runner.run(fn, **kwargs)
         atomic_write(args.result, payload.seal(payload.dumps_result(value), key, payload.KIND_RESULT))
         return 0

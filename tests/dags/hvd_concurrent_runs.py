@@ -24,9 +24,10 @@ def allreduce_and_say_where(marker):
     return {"sum": total, "marker": marker, "checkpoint_dir": checkpoint_dir(), "pid": os.getpid()}
 
 
-@dag(schedule=None, start_date=pendulum.datetime(2026, 1, 1, tz="UTC"), catchup=False)
+@dag(schedule=None, start_date=pendulum.datetime(2026, 1, 1, tz="UTC"), catchup=False, params={"np": 2})
 def hvd_concurrent_runs():
-    HorovodRunnerOperator(task_id="train", python_callable=allreduce_and_say_where, np=2,
+    # np templated, rendered as text ("2"): checked once rendered.
+    HorovodRunnerOperator(task_id="train", python_callable=allreduce_and_say_where, np="{{ params.np }}",
                           op_kwargs={"marker": "{{ run_id }}"})
 
 
