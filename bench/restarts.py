@@ -17,7 +17,6 @@ from __future__ import annotations
 import json
 import logging
 import os
-import statistics
 import subprocess
 import sys
 import tempfile
@@ -25,23 +24,9 @@ import threading
 import time
 from pathlib import Path
 
+from measure import PhaseLog, stats
+
 HERE = Path(__file__).resolve().parent
-
-
-def _stats(values):
-    return {"median": statistics.median(values), "min": min(values), "max": max(values), "n": len(values)}
-
-
-class _Marks(logging.Handler):
-    def __init__(self):
-        super().__init__()
-        self.marks: list[tuple[float, str]] = []
-
-    def emit(self, record):
-        self.marks.append((record.created, record.getMessage()))
-
-    def first(self, text, after=0.0):
-        return next((t for t, m in self.marks if t >= after and text in m), None)
 
 
 def _executor_of(pid: int):
@@ -53,7 +38,7 @@ def _executor_of(pid: int):
     raise RuntimeError(f"no executor JVM above pid {pid}")
 
 
-def _one_run(steps, step_s, every, kill_at, marks):
+def _one_run(steps, step_s, every, kill_at):
     import workloads
 
     from airflow_provider_hvd import HorovodRunner
@@ -100,7 +85,7 @@ def preemption_child(reps, steps=100, step_s=0.1, every=10, kill_at=45):
     import workloads
 
     cloudpickle.register_pickle_by_value(workloads)
-    marks = _Marks()
+    marks = PhaseLog()
     logger = logging.getLogger("airflow_provider_hvd.runner")
     logger.addHandler(marks)
     logger.setLevel(logging.INFO)
@@ -118,10 +103,10 @@ def preemption_child(reps, steps=100, step_s=0.1, every=10, kill_at=45):
 
         while max_concurrent_tasks(spark.sparkContext) < 2:
             time.sleep(0.1)
-        first = _one_run(10, step_s, every, 0, marks)  # also warms the executors' Python workers up
-        clean = _one_run(steps, step_s, every, 0, marks)
+        first = _one_run(10, step_s, every, 0)  # also warms the executors' Python workers up
+        clean = _one_run(steps, step_s, every, 0)
         since = time.time()
-        hit = _one_run(steps, step_s, every, kill_at, marks)
+        hit = _one_run(steps, step_s, every, kill_at)
         spark.stop()
         step_time = (clean["t1"] - clean["attempts"][0]["t_ready"]) / steps
         t_fail = marks.first("attempt 1 of 2 failed", since)
@@ -140,7 +125,7 @@ def preemption_child(reps, steps=100, step_s=0.1, every=10, kill_at=45):
         print(f"  preemption rep {rep + 1}/{reps}: " + ", ".join(f"{k} {v[-1]:.2f}" for k, v in rows.items()),
               file=sys.stderr, flush=True)
     rows.update(_spark_first_task(reps))
-    result = {k: _stats(v) for k, v in rows.items()}
+    result = {k: stats(v) for k, v in rows.items()}
     result["setup"] = {"steps": steps, "step_s": step_s, "checkpoint_every": every, "kill_at_step": kill_at}
     print("PREEMPTION " + json.dumps(result))
 
@@ -255,8 +240,8 @@ def checkpoint_cost(reps, gib=1.0):
         server.wait()
     state = runs[CHECKPOINT_MODES[0]][0]["state_bytes"]
     return {"state MiB": state / 2**20,
-            **{mode: {"seconds": _stats([r["seconds"] for r in v]),
-                      "extra MiB": _stats([r["extra_bytes"] / 2**20 for r in v])} for mode, v in runs.items()}}
+            **{mode: {"seconds": stats([r["seconds"] for r in v]),
+                      "extra MiB": stats([r["extra_bytes"] / 2**20 for r in v])} for mode, v in runs.items()}}
 
 
 def report_lines(preemption, checkpoint):

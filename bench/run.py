@@ -15,7 +15,6 @@ import json
 import logging
 import os
 import platform
-import statistics
 import subprocess
 import sys
 import tempfile
@@ -28,6 +27,7 @@ sys.path.insert(0, str(HERE))
 
 import cloudpickle  # noqa: E402
 import restarts  # noqa: E402
+from measure import PhaseLog, stats  # noqa: E402
 import workloads  # noqa: E402
 
 cloudpickle.register_pickle_by_value(workloads)
@@ -37,24 +37,6 @@ try:  # pyspark ships its own cloudpickle, which TorchDistributor uses
     pyspark_cloudpickle.register_pickle_by_value(workloads)
 except (ImportError, AttributeError):
     pass
-
-
-class PhaseLog(logging.Handler):
-    """Timestamps of the runner's own progress lines, for the launch breakdown."""
-
-    def __init__(self):
-        super().__init__()
-        self.marks: list[tuple[float, str]] = []
-
-    def emit(self, record):
-        self.marks.append((record.created, record.getMessage()))
-
-    def first(self, text, after):
-        return next((t for t, m in self.marks if t >= after and text in m), None)
-
-
-def stats(values):
-    return {"median": statistics.median(values), "min": min(values), "max": max(values), "n": len(values)}
 
 
 def timed(fn):

@@ -248,6 +248,32 @@ def _kill_rank1_executor_on_attempts(marker_dir, checkpoints, attempts, record, 
         killed.append((attempt, host, time.monotonic()))
 
 
+class TwoKills:
+    """Digits training (60 epochs, a checkpoint every 2 on rank 0) on the standalone cluster, while
+    the executor holding rank 1 is SIGKILLed in attempts 0 and 1 (see above). ``killed``: (attempt,
+    host, time) per kill; ``killer_errors``: what went wrong in the killer's thread."""
+
+    def __init__(self, tmp_path, record):
+        from test_faults import in_background
+
+        from airflow_provider_hvd.examples.digits import prepare_digits
+
+        self.data, self.checkpoints, self.markers = tmp_path / "data", tmp_path / "checkpoints", tmp_path / "markers"
+        self.markers.mkdir()
+        prepare_digits(str(self.data), np=2)
+        self.killed = []
+        self.killer_errors = in_background(lambda: _kill_rank1_executor_on_attempts(
+            self.markers, self.checkpoints, (0, 1), record, self.killed))
+
+    def train(self, launcher, max_restarts):
+        from test_faults import quiet
+
+        return HorovodRunner(np=2, launcher=launcher, log_sink=quiet, max_restarts=max_restarts,
+                             checkpoint_dir=str(self.checkpoints), slot_wait_timeout=90).run(
+            rf.digits_marking_attempts, marker_dir=str(self.markers), data_dir=str(self.data), epochs=60,
+            checkpoint_every=2)
+
+
 @pytest.mark.faults
 @pytest.mark.parametrize("launcher", ["gloo", "mpi"])
 def test_executor_killed_twice_with_max_restarts_3_training_completes(standalone, launcher, tmp_path, caplog,
@@ -255,27 +281,20 @@ def test_executor_killed_twice_with_max_restarts_3_training_completes(standalone
     import logging
     import time
 
-    from test_faults import in_background, quiet
-
     from airflow_provider_hvd import latest_checkpoint
-    from airflow_provider_hvd.examples.digits import evaluate_digits, prepare_digits
+    from airflow_provider_hvd.examples.digits import evaluate_digits
 
     caplog.set_level(logging.INFO, logger="airflow_provider_hvd.runner")
     record = fault(f"the executor holding rank 1 SIGKILLed twice during digits training, max_restarts=3 "
                    f"({launcher}, standalone, 2 workers)",
                    "both losses restarted from the run's newest checkpoint; training completes to its last "
                    "epoch with test accuracy >= 0.9; both restarts and their cause in the log")
-    data, checkpoints, markers = tmp_path / "data", tmp_path / "checkpoints", tmp_path / "markers"
-    markers.mkdir()
-    prepare_digits(str(data), np=2)
-    killed = []
-    killer = in_background(lambda: _kill_rank1_executor_on_attempts(markers, checkpoints, (0, 1), record, killed))
+    run = TwoKills(tmp_path, record)
+    data, checkpoints, markers, killed = run.data, run.checkpoints, run.markers, run.killed
     t0 = time.monotonic()
-    metrics = HorovodRunner(np=2, launcher=launcher, log_sink=quiet, max_restarts=3, checkpoint_dir=str(checkpoints),
-                            slot_wait_timeout=90).run(rf.digits_marking_attempts, marker_dir=str(markers),
-                                                      data_dir=str(data), epochs=60, checkpoint_every=2)
+    metrics = run.train(launcher, max_restarts=3)
     seconds = time.monotonic() - t0
-    assert not killer, killer
+    assert not run.killer_errors, run.killer_errors
     assert [a for a, _, _ in killed] == [0, 1]
     # Carried on to the epoch the run aimed at (a restart does not add epochs), and learned.
     assert metrics["epoch"] == 60, metrics
@@ -300,25 +319,18 @@ def test_executor_killed_twice_with_max_restarts_1_fails_naming_both(standalone,
     import time
 
     from conftest import assert_no_run_processes
-    from test_faults import first_line, in_background, quiet
-
-    from airflow_provider_hvd.examples.digits import prepare_digits
+    from test_faults import first_line
 
     record = fault("the executor holding rank 1 SIGKILLed twice during digits training, max_restarts=1 "
                    "(gloo, standalone, 2 workers)",
                    "fails on the second loss, within seconds, the error listing both attempts and their cause; "
                    "nothing left running, no temporary file")
-    data, checkpoints, markers = tmp_path / "data", tmp_path / "checkpoints", tmp_path / "markers"
-    markers.mkdir()
-    prepare_digits(str(data), np=2)
-    killed = []
-    killer = in_background(lambda: _kill_rank1_executor_on_attempts(markers, checkpoints, (0, 1), record, killed))
+    run = TwoKills(tmp_path, record)
+    checkpoints, killed = run.checkpoints, run.killed
     with pytest.raises(RankFailedError) as info:
-        HorovodRunner(np=2, launcher="gloo", log_sink=quiet, max_restarts=1, checkpoint_dir=str(checkpoints),
-                      slot_wait_timeout=90).run(rf.digits_marking_attempts, marker_dir=str(markers),
-                                                data_dir=str(data), epochs=60, checkpoint_every=2)
+        run.train("gloo", max_restarts=1)
     failed_after_second = time.monotonic() - killed[-1][2]
-    assert not killer, killer
+    assert not run.killer_errors, run.killer_errors
     err = info.value
     assert len(err.attempts) == 2, err.attempts
     for line, (_, host, _) in zip(err.attempts, killed):

@@ -180,10 +180,13 @@ class HorovodRunner:
                     restart = cause is not None and attempt < self.max_restarts
                     if not self.max_restarts:
                         raise
-                    history.append(f"attempt {attempt + 1} failed after {time.monotonic() - t0:.1f} s: "
-                                   + (f"{cause}; restarted" if restart else _first_line(exc)
-                                      + ("" if cause is None else f" ({cause}; no restart left)")
-                                      + ("" if cause is not None else "; a restart cannot cure this")))
+                    if restart:
+                        outcome = f"{cause}; restarted"
+                    elif cause:
+                        outcome = f"{_first_line(exc)} ({cause}; no restart left)"
+                    else:
+                        outcome = f"{_first_line(exc)}; a restart cannot cure this"
+                    history.append(f"attempt {attempt + 1} failed after {time.monotonic() - t0:.1f} s: {outcome}")
                     if not restart:
                         raise _with_history(exc, history, self.max_restarts)
                     if checkpoints is not None:
