@@ -308,3 +308,15 @@ def digits_marking_attempts(marker_dir, **train_kwargs):
         f.write(f"{os.getpid()}\n{os.environ.get('SPARK_LOCAL_IP') or os.environ.get('HOROVOD_HOSTNAME') or ''}\n")
     os.replace(name + ".tmp", name)
     return train_digits(**train_kwargs)
+
+
+def tqdm_bar(steps=60, step_s=0.05):
+    """A real tqdm bar redrawn at every step (mininterval=0), on stderr as tqdm draws it."""
+    import time
+
+    from tqdm import tqdm
+
+    for _ in tqdm(range(steps), desc="train", mininterval=0, ascii=True):
+        time.sleep(step_s)
+    print("bar done", flush=True)
+    return steps

@@ -1,29 +1,72 @@
 """mpirun's --tag-output tags chunks, not lines: our split must give each rank its whole lines."""
 
-from airflow_provider_hvd.runner.task.mpi_output import TaggedLines
+from airflow_provider_hvd.runner.task.mpi_output import TaggedOutput
+from airflow_provider_hvd.runner.task.output_lines import LineAssembler
+
+
+class Lines:
+    """mpirun's output read in the given chunks -> (rank, stream, line) as the mpi launcher shows them."""
+
+    def __init__(self):
+        self.tagged, self.assemblers, self.got = TaggedOutput(), {}, []
+
+    def feed(self, data, final=False):
+        for key, text in self.tagged.feed(data, final=final):
+            if key not in self.assemblers:
+                rank, stream = key if key else (None, "mpirun")
+                self.assemblers[key] = LineAssembler(lambda line, r=rank, s=stream: self.got.append((r, s, line)))
+            self.assemblers[key].feed(text)
+        return self
 
 
 def test_a_line_split_across_chunks_of_two_ranks_comes_back_whole():
     # Seen for real under load: rank 0's line without its newline, then rank 1's chunk, then rank 0's "\n".
-    lines = TaggedLines()
-    got = []
+    lines = Lines()
     for raw in ["[1,0]<stdout>:stdout line from rank 0[1,1]<stdout>:stdout line from rank 1\n",
                 "[1,0]<stdout>:\n",
                 "[1,1]<stderr>:warning: x\n",
                 "--------------------------------------------------\n",
                 "[1,0]<stdout>:a[1,0]<stdout>:b\n"]:
-        got += lines.feed(raw)
-    assert got == [(1, "stdout", "stdout line from rank 1"),
-                   (0, "stdout", "stdout line from rank 0"),
-                   (1, "stderr", "warning: x"),
-                   (None, "mpirun", "--------------------------------------------------"),
-                   (0, "stdout", "ab")]
+        lines.feed(raw)
+    assert lines.got == [(1, "stdout", "stdout line from rank 1"),
+                         (0, "stdout", "stdout line from rank 0"),
+                         (1, "stderr", "warning: x"),
+                         (None, "mpirun", "--------------------------------------------------"),
+                         (0, "stdout", "ab")]
 
 
 def test_streams_of_one_rank_are_kept_apart():
-    lines = TaggedLines()
-    assert lines.feed("[1,0]<stdout>:out-[1,0]<stderr>:err\n") == [(0, "stderr", "err")]
-    assert lines.feed("[1,0]<stdout>:end\n") == [(0, "stdout", "out-end")]
+    lines = Lines().feed("[1,0]<stdout>:out-[1,0]<stderr>:err\n")
+    assert lines.got == [(0, "stderr", "err")]
+    assert lines.feed("[1,0]<stdout>:end\n").got[-1] == (0, "stdout", "out-end")
+
+
+def test_a_tag_cut_by_a_read_is_joined_with_its_rest():
+    # Reads end anywhere: in the middle of "[1,1]<stderr>:", even right after its "[".
+    data = "[1,0]<stdout>:one[1,1]<stderr>:two\n[1,0]<stdout>:\n[1,1]<stdout>:[not a tag] three\n"
+    for cut in range(1, len(data)):
+        lines = Lines().feed(data[:cut]).feed(data[cut:])
+        assert lines.got == [(1, "stderr", "two"), (0, "stdout", "one"), (1, "stdout", "[not a tag] three")], cut
+
+
+def test_text_that_only_looks_like_the_start_of_a_tag_is_kept_at_the_end():
+    lines = Lines().feed("[1,0]<stdout>:progress [1").feed("", final=True)
+    lines.assemblers[(0, "stdout")].close()
+    assert lines.got == [(0, "stdout", "progress [1")]
+
+
+def test_redrawn_chunks_of_two_ranks_as_mpirun_forwards_them():
+    # What Open MPI 4.1 wrote for two ranks drawing a bar on stderr (each chunk tagged, no newline).
+    lines = Lines()
+    for raw in ["[1,0]<stderr>:\r0% |[1,1]<stderr>:\r0% |", "[1,0]<stderr>:\r20% |#", "[1,1]<stderr>:\r20% |#",
+                "[1,0]<stderr>:\r100% done\n", "[1,0]<stdout>:after\n[1,0]<stdout>:partial",
+                "[1,1]<stderr>:\r100% done\n[1,1]<stdout>:after\n[1,1]<stdout>:partial",
+                "[1,0]<stdout>: rest\n", "[1,1]<stdout>: rest\n"]:
+        lines.feed(raw)
+    for rank in (0, 1):
+        mine = [(s, line) for r, s, line in lines.got if r == rank]
+        # The first state is shown at once (nothing shown for a second), the final one when the bar ends.
+        assert mine == [("stderr", "0% |"), ("stderr", "100% done"), ("stdout", "after"), ("stdout", "partial rest")]
 
 
 # mpirun's stderr when the orted it started on 127.0.0.2 died in hwloc (issue 23), as our rsh agent

@@ -1,4 +1,4 @@
-"""Reading mpirun's output: per-rank lines out of ``--tag-output``, and which rank ended the job, how."""
+"""Reading mpirun's output: each rank's text out of ``--tag-output``, and which rank ended the job, how."""
 
 from __future__ import annotations
 
@@ -10,6 +10,8 @@ from typing import Any
 from airflow_provider_hvd.runner.wire.messages import DAEMON_DIED_MARKER, Op, Stream
 
 _TAG = re.compile(r"\[\d+,(\d+)\]<(stdout|stderr)>:")
+# What a read can leave of a tag at the end of the data: "[", "[1,0", "[1,0]<std", ...
+_TAG_START = re.compile(r"\[\d*(?:,\d*(?:\](?:<[a-z]*>?)?)?)?$")
 _SIGNALED = re.compile(r"process rank (\d+) with PID \d+ on node (\S+) exited on signal (\d+)")
 _EXITED = re.compile(r"Process name: \[\[\d+,\d+\],(\d+)\]\s*Exit code:\s*(\d+)", re.S)
 # Signals that mean a process crashed, as opposed to being stopped (TERM, INT) or killed (KILL:
@@ -18,34 +20,42 @@ CRASH_SIGNALS = frozenset({"SIGSEGV", "SIGBUS", "SIGABRT", "SIGFPE", "SIGILL", "
 _DAEMON_DIED = re.compile(re.escape(DAEMON_DIED_MARKER) + r"(\{.*?\})\s*$", re.M)
 
 
-class TaggedLines:
-    """Splits mpirun's ``--tag-output`` back into whole lines per rank.
+class TaggedOutput:
+    """Splits mpirun's ``--tag-output`` stream back into each rank's own text.
 
-    mpirun tags each chunk it reads from a rank, not each line: a rank's line can
-    arrive as ``[1,0]<stdout>:first half`` directly followed, on the same output
-    line, by ``[1,1]<stdout>:another rank's line`` and later ``[1,0]<stdout>:second half``.
-    A tagged segment followed by another tag on the same line is such a partial
-    chunk; it is kept until the same rank's stream ends a line.
+    mpirun tags each chunk it reads from a rank, not each line, and passes it on at once: a
+    rank's line can arrive as ``[1,0]<stdout>:first half`` directly followed, on the same
+    output line, by ``[1,1]<stdout>:another rank's line`` and later ``[1,0]<stdout>:second half``;
+    a progress bar redrawn with ``\\r`` arrives as ``[1,0]<stderr>:\\r 40%|####`` chunks with no
+    newline until it is done. After a newline mpirun tags again; untagged text is its own.
+    ``feed`` takes whatever was read and returns ``(key, text)`` pieces, key ``(rank, stream)``
+    or None for mpirun's own words; a tag cut by the read is kept until the rest arrives.
     """
 
     def __init__(self) -> None:
-        self._partial: dict[tuple[int, str], str] = {}
+        self._key: tuple[int, str] | None = None
+        self._held = ""
 
-    def feed(self, line: str) -> list[tuple[int | None, str, str]]:
-        """One line of mpirun's output -> ``(rank, stream, text)`` per whole line; rank None for mpirun's own."""
-        ended = line.endswith("\n")
-        line = line.rstrip("\n")
-        tags = list(_TAG.finditer(line))
-        out: list[tuple[int | None, str, str]] = []
-        if not tags or tags[0].start() > 0:
-            out.append((None, Stream.MPIRUN, line[: tags[0].start()] if tags else line))
-        for i, tag in enumerate(tags):
-            key = (int(tag.group(1)), tag.group(2))
-            text = line[tag.end(): tags[i + 1].start() if i + 1 < len(tags) else len(line)]
-            if i + 1 < len(tags) or not ended:
-                self._partial[key] = self._partial.get(key, "") + text
+    def feed(self, data: str, final: bool = False) -> list[tuple[tuple[int, str] | None, str]]:
+        data, self._held = self._held + data, ""
+        out: list[tuple[tuple[int, str] | None, str]] = []
+        while data:
+            tag = _TAG.search(data)
+            newline = data.find("\n")
+            if tag is not None and tag.start() == 0:
+                self._key = (int(tag.group(1)), tag.group(2))
+                data = data[tag.end():]
+            elif newline >= 0 and (tag is None or newline < tag.start()):
+                out.append((self._key, data[: newline + 1]))
+                self._key, data = None, data[newline + 1:]
             else:
-                out.append((key[0], key[1], self._partial.pop(key, "") + text))
+                text = data[: tag.start()] if tag is not None else data
+                cut = _TAG_START.search(text) if tag is None and not final else None
+                if cut is not None:  # the start of a tag whose rest is still in the pipe
+                    text, self._held = text[: cut.start()], text[cut.start():]
+                if text:
+                    out.append((self._key, text))
+                data = data[len(text) + len(self._held):]
         return out
 
 

@@ -26,7 +26,8 @@ from typing import Any
 from airflow_provider_hvd.runner.common.lifetime import die_with_parent
 from airflow_provider_hvd.runner.common.processes import kill_group, process_line, stop_tree
 from airflow_provider_hvd.runner.task.driver_link import DriverLink
-from airflow_provider_hvd.runner.task.mpi_output import TaggedLines, failure_report
+from airflow_provider_hvd.runner.task.mpi_output import TaggedOutput, failure_report
+from airflow_provider_hvd.runner.task.output_lines import LineAssembler, pump
 from airflow_provider_hvd.runner.task.rsh_service import this_hosts_rank_env
 from airflow_provider_hvd.runner.wire.messages import (
     RANK_MAIN_MODULE,
@@ -174,17 +175,26 @@ class MpiRun:
             self._link.send({"op": Op.DIAGNOSTIC, "line": line[:1500]})
 
     def _pump(self, stream, name: Stream) -> None:
-        lines = TaggedLines()
-        for raw in iter(stream.readline, b""):
-            for rank, source, text in lines.feed(raw.decode("utf-8", "replace")):
-                if rank is None:  # mpirun's own words (errors, help texts): always shown
-                    self.mpirun_tail.append(text)
-                    self._link.send({"op": Op.LOG, "rank": 0, "stream": Stream.MPIRUN, "line": text})
-                    continue
-                self.tails[rank].append(f"<{source}> {text}")
-                if self._forward:
-                    self._link.send({"op": Op.LOG, "rank": rank, "stream": source, "line": text})
-        stream.close()
+        tagged = TaggedOutput()
+        assemblers: dict[tuple[int, str] | None, LineAssembler] = {}
+
+        def show(key: tuple[int, str] | None, text: str) -> None:
+            if key is None:  # mpirun's own words (errors, help texts): always shown
+                self.mpirun_tail.append(text)
+                self._link.send({"op": Op.LOG, "rank": 0, "stream": Stream.MPIRUN, "line": text})
+                return
+            rank, source = key
+            self.tails[rank].append(f"<{source}> {text}")
+            if self._forward:
+                self._link.send({"op": Op.LOG, "rank": rank, "stream": source, "line": text})
+
+        def feed(text: str, final: bool = False) -> None:
+            for key, piece in tagged.feed(text, final=final):
+                if key not in assemblers:
+                    assemblers[key] = LineAssembler(lambda line, key=key: show(key, line))
+                assemblers[key].feed(piece)
+
+        pump(stream, feed, assemblers.values, end=lambda: feed("", final=True))
 
     def wait(self) -> int:
         rc = self.proc.wait()

@@ -2,7 +2,8 @@
 
 Used by both launches: the driver runs one per rank in local mode, and each
 barrier task runs one for its rank. The launcher holds its own channel to the
-driver: it forwards the rank's stdout/stderr line by line (``driver_log_verbosity="all"``),
+driver: it forwards the rank's stdout/stderr line by line (``driver_log_verbosity="all"``; progress
+bars redrawn with ``\r`` as their latest state once a second, output_lines.py),
 keeps the last lines for error messages, and reports the exit code or signal.
 When the driver closes that channel (the run ended or failed), the launcher kills
 the rank's whole process group, so no rank outlives its run. It also serves the
@@ -24,6 +25,7 @@ from typing import Any
 
 from airflow_provider_hvd.runner.common.processes import kill_group
 from airflow_provider_hvd.runner.task.driver_link import DriverLink
+from airflow_provider_hvd.runner.task.output_lines import LineAssembler, pump
 from airflow_provider_hvd.runner.task.rendezvous_proxy import RendezvousProxy
 from airflow_provider_hvd.runner.wire.messages import RANK_MAIN_MODULE, Op, Role, Stream
 
@@ -83,12 +85,13 @@ class RankProcess:
             self._link.ship_timeline(self._env["HOROVOD_TIMELINE"], self._timeline_interval)
 
     def _pump(self, stream, name: Stream) -> None:
-        for raw in iter(stream.readline, b""):
-            line = raw.decode("utf-8", "replace").rstrip("\n")
+        def show(line: str) -> None:
             self.tail.append(f"<{name}> {line}")
             if self._forward:
                 self._link.send({"op": Op.LOG, "stream": name, "line": line})
-        stream.close()
+
+        lines = LineAssembler(show)
+        pump(stream, lines.feed, lambda: (lines,))
 
     def _stop_by_driver(self) -> None:
         if self.proc.poll() is None:
