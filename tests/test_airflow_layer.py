@@ -157,12 +157,13 @@ def test_tampered_or_foreign_result_is_refused_by_the_operator(tmp_path, fault):
     from airflow.sdk.exceptions import AirflowException
 
     from airflow_provider_hvd.operators.horovod_runner import HorovodRunnerOperator
+    from airflow_provider_hvd.runner.results import seal_result
     from airflow_provider_hvd.runner.wire import payload
 
     op = HorovodRunnerOperator(task_id="t", python_callable=print, np=2)
     key = payload.new_secret()
     path = ObjectStoragePath(f"file://{tmp_path}/result.hvd")
-    path.write_bytes(payload.seal(payload.dumps_result({"loss": 0.1}), key, payload.KIND_RESULT))
+    path.write_bytes(seal_result({"loss": 0.1}, key))
     assert op._read_result(path, key) == {"loss": 0.1}
     with pytest.raises(AirflowException, match="signed with another key"):
         op._read_result(path, payload.new_secret())
@@ -170,6 +171,85 @@ def test_tampered_or_foreign_result_is_refused_by_the_operator(tmp_path, fault):
     with pytest.raises(AirflowException, match="truncated") as info:
         op._read_result(path, key)
     record.observe(f"signed with another key -> refused; truncated -> {str(info.value)[:160]}")
+
+
+def test_a_result_that_is_not_json_reaches_a_downstream_task_through_load_result(airflow, tmp_path, no_leftovers):
+    from airflow_provider_hvd.runner.wire import payload
+
+    conn = {"conn_type": "horovod", "password": payload.new_secret().hex(),
+            "extra": {"storage_path": f"file://{tmp_path}/storage"}}
+    rc, out = run_airflow(airflow, "dags", "test", "hvd_result_downstream", env={
+        "AIRFLOW_CONN_HOROVOD_DEFAULT": json.dumps(conn),
+        "AIRFLOW__CORE__DAGS_FOLDER": str(REPO / "tests" / "dags")})
+    assert rc == 0 and "state=success" in out, out[-5000:]
+    uri = xcoms(airflow, "hvd_result_downstream", "train")["return_value"]
+    assert uri.startswith(f"file://{tmp_path}/storage/") and uri.endswith("/result.hvd")
+    assert "Rank 0's result is not JSON" in out and "load_result" in out
+    got = xcoms(airflow, "hvd_result_downstream", "evaluate")["return_value"]
+    assert got == {"type": "ndarray", "weights": [0.0, 1.5, 3.0, 4.5]}  # (1x + 2x) / 2, from the ranks
+
+
+class UnpickleTrace:
+    """Leaves a folder in ``where`` each time it is unpickled."""
+
+    def __init__(self, where):
+        self.where = str(where)
+
+    def __reduce__(self):
+        import tempfile
+
+        return tempfile.mkdtemp, ("", "unpickled-", self.where)
+
+
+def test_the_operator_leaves_a_pickled_result_unpickled_unless_asked(monkeypatch, tmp_path):
+    from airflow.sdk import ObjectStoragePath
+
+    from airflow_provider_hvd.operators.horovod_runner import HorovodRunnerOperator
+    from airflow_provider_hvd.runner.results import seal_result
+    from airflow_provider_hvd.runner.wire import payload
+
+    key = payload.new_secret()
+    monkeypatch.setenv("AIRFLOW_CONN_HOROVOD_DEFAULT", json.dumps({"conn_type": "horovod", "password": key.hex()}))
+    path = ObjectStoragePath(f"file://{tmp_path}/result.hvd")
+    path.write_bytes(seal_result({"trace": UnpickleTrace(tmp_path)}, key))
+    assert HorovodRunnerOperator(task_id="t", python_callable=print, np=2)._read_result(path, key) == str(path)
+    assert not list(tmp_path.glob("unpickled-*"))
+    with pytest.raises(Exception, match="signed with another key"):  # the key id is checked all the same
+        HorovodRunnerOperator(task_id="t", python_callable=print, np=2)._read_result(path, payload.new_secret())
+    value = HorovodRunnerOperator(task_id="t", python_callable=print, np=2,
+                                  unpickle_result=True)._read_result(path, key)
+    assert [Path(value["trace"])] == list(tmp_path.glob("unpickled-*"))
+
+
+def test_load_result_verifies_with_the_connections_key_and_says_how_to_get_one(monkeypatch, tmp_path):
+    import numpy as np
+
+    from airflow_provider_hvd.hooks.horovod import load_result
+    from airflow_provider_hvd.runner.errors import PayloadError
+    from airflow_provider_hvd.runner.results import seal_result
+    from airflow_provider_hvd.runner.wire import payload
+
+    key = payload.new_secret()
+    path = tmp_path / "result.hvd"
+    path.write_bytes(seal_result({"w": np.ones(3)}, key))
+    monkeypatch.setenv("AIRFLOW_CONN_HVD_KEYED", json.dumps({"conn_type": "horovod", "password": key.hex()}))
+    assert load_result(f"file://{path}", horovod_conn_id="hvd_keyed")["w"].tolist() == [1.0, 1.0, 1.0]
+    monkeypatch.setenv("AIRFLOW_CONN_HVD_OTHER", json.dumps({"conn_type": "horovod",
+                                                             "password": payload.new_secret().hex()}))
+    with pytest.raises(PayloadError, match="signed with another key"):
+        load_result(f"file://{path}", horovod_conn_id="hvd_other")
+    path.write_bytes(path.read_bytes()[:-1] + b"x")
+    with pytest.raises(PayloadError, match="tampered"):
+        load_result(f"file://{path}", horovod_conn_id="hvd_keyed")
+    monkeypatch.setenv("AIRFLOW_CONN_HVD_KEYLESS", json.dumps({"conn_type": "horovod"}))
+    with pytest.raises(ValueError, match="has no signing key.*token_hex"):
+        load_result(f"file://{path}", horovod_conn_id="hvd_keyless")
+    # JSON values come back as JSON, large ones the pickle's way.
+    from airflow_provider_hvd.runner.results import JSON_RESULT_MAX_BYTES, result_kind
+
+    assert result_kind(seal_result({"a": 1}, key)[:payload.HEADER_SIZE], key) == payload.KIND_JSON_RESULT
+    big = seal_result("x" * JSON_RESULT_MAX_BYTES, key)
+    assert result_kind(big[:payload.HEADER_SIZE], key) == payload.KIND_RESULT
 
 
 def test_runner_options_come_from_the_operator_then_the_connection_then_the_defaults(monkeypatch):

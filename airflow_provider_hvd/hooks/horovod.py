@@ -10,6 +10,7 @@ from airflow.sdk import BaseHook, ObjectStoragePath
 from airflow.sdk.exceptions import AirflowNotFoundException
 
 from airflow_provider_hvd.get_provider_info import CONN_FIELDS, UI_FIELD_BEHAVIOUR
+from airflow_provider_hvd.runner.errors import PayloadError
 
 DEFAULT_STORAGE = "file:///tmp/airflow-provider-hvd"
 LOCAL_MASTER = "local[*]"
@@ -68,6 +69,30 @@ class HorovodHook(BaseHook):
                              "use at least 16 (32 recommended)")
         return key
 
+    def has_signing_key(self) -> bool:
+        """Whether results can be verified after the run: only with the connection's key."""
+        return bool(self.get_conn().get("signing_key"))
+
+    def load_result(self, uri: str) -> Any:
+        """Rank 0's value from the result file a HorovodRunnerOperator left at ``uri`` (its return
+        value when the value was not JSON), after checking its signature with the connection's key."""
+        from airflow_provider_hvd.runner.results import open_result
+
+        if not self.has_signing_key():
+            raise ValueError(f"connection {self.horovod_conn_id!r} has no signing key, so no result can be verified "
+                             "after its run (each run signed with a key of its own). Set one as the connection's "
+                             "password (python -c 'import secrets; print(secrets.token_hex(32))') and run the "
+                             "training again.")
+        try:
+            sealed = ObjectStoragePath(uri).read_bytes()
+        except FileNotFoundError:
+            raise FileNotFoundError(f"no result at {uri}: pass the training task's return value (its XCom "
+                                    "return_value) as it is") from None
+        try:
+            return open_result(sealed, self.signing_key())
+        except PayloadError as exc:
+            raise PayloadError(f"refused the result at {uri}: {exc}") from None
+
     def storage_path(self, override: str | None = None) -> ObjectStoragePath:
         return ObjectStoragePath(override or self.setting("storage_path", None) or DEFAULT_STORAGE)
 
@@ -82,6 +107,19 @@ class HorovodHook(BaseHook):
         if value in (None, ""):
             value = settings.get(f"extra__{self.conn_type}__{name}")
         return default if value in (None, "") else value
+
+
+def load_result(uri: str, horovod_conn_id: str = HorovodHook.default_conn_name) -> Any:
+    """Rank 0's value that a HorovodRunnerOperator left in storage (``uri``: that task's return
+    value when the value was not JSON), verified with the ``horovod`` connection's signing key::
+
+        @task
+        def evaluate(result_uri: str):
+            state = load_result(result_uri)
+
+        evaluate(train.output)
+    """
+    return HorovodHook(horovod_conn_id=horovod_conn_id).load_result(uri)
 
 
 class HorovodSparkSubmitHook(SparkSubmitHook):

@@ -14,7 +14,7 @@ from airflow.sdk import BaseOperator, Context, ObjectStoragePath
 from airflow.sdk.exceptions import AirflowException
 
 from airflow_provider_hvd.hooks.horovod import HorovodHook, HorovodSparkSubmitHook
-from airflow_provider_hvd.runner import defaults, spark_app
+from airflow_provider_hvd.runner import defaults, results, spark_app
 from airflow_provider_hvd.runner.checkpoint import (
     CHECKPOINT_DIR_ENV,
     RESUME_FROM_ENV,
@@ -28,6 +28,10 @@ from airflow_provider_hvd.runner.wire import payload
 
 def _is_template(value: object) -> bool:
     return isinstance(value, str) and "{{" in value
+
+
+def _size(n: int) -> str:
+    return f"{n / (1 << 20):.1f} MiB" if n >= 1 << 20 else f"{n} B"
 
 
 def plain_url(path: ObjectStoragePath) -> str:
@@ -70,6 +74,8 @@ class HorovodRunnerOperator(BaseOperator):
         from its first line, so the task log reads as a training log, keeping only the line with
         the Spark UI's address (runner/spark_log4j2.properties); ``{"spark.log.level": "INFO"}``
         brings all of Spark's INFO lines back for debugging.
+    :param unpickle_result: ``True``: a result that is not JSON is read, verified and unpickled
+        here and returned itself (your XCom backend must be able to store it); default: its URI.
 
     HorovodRunner's options, each templated; one left unset (None) takes the ``horovod``
     connection's field of the same name, else the default in ``runner/defaults.py``. Where a
@@ -109,7 +115,7 @@ class HorovodRunnerOperator(BaseOperator):
                  stall_timeout: float | str | None = None, timeout: float | str | None = None,
                  slot_wait_timeout: float | str | None = None, timeline_interval: float | str | None = None,
                  timeline_live_bytes: int | str | None = None, max_restarts: int | str | None = None,
-                 **kwargs: Any) -> None:
+                 unpickle_result: bool = False, **kwargs: Any) -> None:
         super().__init__(**kwargs)
         if not callable(python_callable):
             raise TypeError(f"python_callable must be a function, got {type(python_callable).__name__}")
@@ -125,6 +131,7 @@ class HorovodRunnerOperator(BaseOperator):
         self.resume_from_checkpoint = resume_from_checkpoint
         self.env = env or {}
         self.conf = conf or {}
+        self.unpickle_result = unpickle_result
         given = {"driver_log_verbosity": driver_log_verbosity, "launcher": launcher, "mpi_args": mpi_args,
                  "start_timeout": start_timeout, "stall_timeout": stall_timeout, "timeout": timeout,
                  "slot_wait_timeout": slot_wait_timeout, "timeline_interval": timeline_interval,
@@ -269,22 +276,28 @@ class HorovodRunnerOperator(BaseOperator):
         return f"{report['type']}: {report['message']}"
 
     def _read_result(self, result_path: ObjectStoragePath, key: bytes) -> Any:
-        import cloudpickle
-
+        """Rank 0's value when it came back as JSON; else its URI, left unread unless ``unpickle_result``."""
         try:
-            sealed = result_path.read_bytes()
+            with result_path.open("rb") as f:
+                header = f.read(payload.HEADER_SIZE)
+            kind = results.result_kind(header, key)
+            if kind == payload.KIND_RESULT and not self.unpickle_result:
+                size = result_path.stat().st_size
+                self.log.info("Rank 0's result is not JSON (a %s pickle): left at %s. Read it downstream with "
+                              "airflow_provider_hvd.hooks.horovod.load_result(<this task's return value>)",
+                              _size(size), result_path)
+                if not self.hook.has_signing_key():
+                    self.log.warning("Connection %r has no signing key, so the result was signed with a key made "
+                                     "for this run alone: nothing can verify it after this task. Set one (the "
+                                     "connection's password: python -c 'import secrets; print(secrets.token_hex"
+                                     "(32))') to read non-JSON results downstream.", self.horovod_conn_id)
+                return str(result_path)
+            value = results.open_result(result_path.read_bytes(), key)
         except FileNotFoundError:
             raise AirflowException(f"the Spark application ended without writing rank 0's result to "
                                    f"{result_path}") from None
-        try:
-            value = cloudpickle.loads(payload.open_sealed(sealed, key, payload.KIND_RESULT))
         except PayloadError as exc:
             raise AirflowException(f"refused rank 0's result at {result_path}: {exc}") from exc
-        try:
-            json.dumps(value)
-        except (TypeError, ValueError):
-            self.log.info("Rank 0's result (%s) is not JSON-serialisable: returning its URI", type(value).__name__)
-            return str(result_path)
         shown = repr(value)
         self.log.info("Rank 0 returned %s", shown if len(shown) <= 300 else shown[:300] + " ...")
         return value

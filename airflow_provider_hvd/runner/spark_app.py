@@ -10,7 +10,7 @@ key (HVD_SIGNING_KEY, hex) and the ranks' extra environment (HVD_RANK_ENV_JSON)
 arrive in the environment, never on the command line,
 and is removed from the environment before any user code runs. The payload is
 verified with it before it is unpickled; rank 0's value is sealed with it and
-written atomically to --result. A failure is written to ``<result>.error.json``
+written atomically to --result (as JSON when it is JSON, else as a pickle: results.py). A failure is written to ``<result>.error.json``
 so the operator can raise the runner's own message, not spark-submit's exit code.
 """
 
@@ -74,6 +74,7 @@ def main(argv: list[str] | None = None) -> int:
 
     from airflow_provider_hvd.runner.common.storage import atomic_write, fs_and_path
     from airflow_provider_hvd.runner.horovod_runner import HorovodRunner
+    from airflow_provider_hvd.runner.results import seal_result
     from airflow_provider_hvd.runner.wire import payload
 
     error_url = args.result + ".error.json"
@@ -94,7 +95,7 @@ def main(argv: list[str] | None = None) -> int:
         spark = SparkSession.builder.getOrCreate()
         runner = HorovodRunner(np=args.np, env=rank_env, timeline=args.timeline, spark=spark, **args.options)
         value = runner.run(fn, **kwargs)
-        atomic_write(args.result, payload.seal(payload.dumps_result(value), key, payload.KIND_RESULT))
+        atomic_write(args.result, seal_result(value, key))
         return 0
     except BaseException as exc:
         report = {"type": type(exc).__name__, "message": str(exc), "traceback": traceback.format_exc()}

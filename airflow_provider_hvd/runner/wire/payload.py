@@ -29,11 +29,16 @@ MAGIC = b"HVDRUN"
 FORMAT_VERSION = 1
 KIND_CALL = 1
 KIND_RESULT = 2
-_KIND_NAMES = {KIND_CALL: "payload", KIND_RESULT: "result"}
+# Rank 0's value as JSON (the Spark application's result file when the value is JSON): read
+# without unpickling anything.
+KIND_JSON_RESULT = 3
+_KIND_NAMES = {KIND_CALL: "payload", KIND_RESULT: "result", KIND_JSON_RESULT: "JSON result"}
 # magic, format version, kind, python major, python minor, key fingerprint, body length
 _HEADER = struct.Struct(">6sBBBB8sQ")
 _MAC_SIZE = 32
 SECRET_SIZE = 32
+# What ``peek`` needs of an envelope.
+HEADER_SIZE = _HEADER.size
 
 
 def new_secret() -> bytes:
@@ -52,6 +57,31 @@ def seal(body: bytes, key: bytes, kind: int) -> bytes:
     mac = hmac.new(key, header, hashlib.sha256)
     mac.update(body)  # no header + body copy: bodies run to gigabytes
     return b"".join((header, mac.digest(), body))
+
+
+def kind_name(kind: int) -> str:
+    return _KIND_NAMES.get(kind, f"kind {kind}")
+
+
+def peek(header: bytes, key: bytes) -> int:
+    """The kind of the envelope that starts with ``header`` (its first HEADER_SIZE bytes), once
+    its magic, format and key id check out: for deciding how to read a large file before reading it.
+    Its signature is checked by ``open_sealed``, when the whole is read."""
+    what = "file"
+    if len(header) < _HEADER.size:
+        raise PayloadError(f"the {what} is not a HorovodRunner envelope ({len(header)} bytes, shorter than "
+                           "its header). Was the wrong file passed, or was it cut off?")
+    magic, version, kind, _, _, fingerprint, _ = _HEADER.unpack_from(header)
+    if magic != MAGIC:
+        raise PayloadError(f"the {what} is not a HorovodRunner envelope (bad magic). Was the wrong file passed?")
+    if version != FORMAT_VERSION:
+        raise PayloadError(f"the {what} has envelope format {version}, this airflow-provider-hvd reads "
+                           f"format {FORMAT_VERSION}: it comes from an incompatible version.")
+    if not hmac.compare_digest(fingerprint, key_fingerprint(key)):
+        raise PayloadError(f"the {_KIND_NAMES.get(kind, what)} was signed with another key (key id "
+                           f"{fingerprint.hex()}, expected {key_fingerprint(key).hex()}). It comes from another "
+                           "run or another deployment; refusing to read it.")
+    return kind
 
 
 def open_sealed(blob: bytes | bytearray | memoryview, key: bytes, kind: int) -> memoryview:
