@@ -102,6 +102,11 @@ def get_provider_info() -> dict:
         "triggers": [
             {"integration-name": "Horovod", "python-modules": ["airflow_provider_hvd.triggers.horovod_artifact"]},
         ],
+        "extra-links": [
+            "airflow_provider_hvd.links.horovod.SparkUILink",
+            "airflow_provider_hvd.links.horovod.HorovodTimelineLink",
+            "airflow_provider_hvd.links.horovod.CheckpointsLink",
+        ],
         "connection-types": [
             {"connection-type": "horovod", "hook-class-name": "airflow_provider_hvd.hooks.horovod.HorovodHook",
              "hook-name": "Horovod", "conn-fields": CONN_FIELDS, "ui-field-behaviour": UI_FIELD_BEHAVIOUR},

@@ -60,6 +60,11 @@ def assert_digits_dag_trains(airflow, dag_id: str, epochs: int = 12) -> float:
     # The live view sat beside it during training and was removed once the complete file was written.
     assert train["timeline_live"] == train["timeline"].removesuffix(".json") + ".live.json"
     assert not Path(train["timeline_live"].removeprefix("file://")).exists()
+    # The task's links in the UI: Airflow reads them from these XCom keys.
+    assert train["_link_HorovodTimelineLink"] == train["timeline"]
+    assert train["_link_CheckpointsLink"] == train["checkpoint_dir"]
+    assert re.fullmatch(r"http://[\w.-]+:\d+", train["_link_SparkUILink"]), train["_link_SparkUILink"]
+    assert f"its UI: {train['_link_SparkUILink']}" in out
     found = xcoms(airflow, dag_id, "wait_for_artifacts")["return_value"]
     assert found["checkpoint"].endswith(f"ckpt-{epochs:010d}.pt") and found["timeline"] == train["timeline"]
     return accuracy
@@ -115,12 +120,21 @@ def test_on_kill_stops_spark_and_every_rank(airflow, fault):
             time.sleep(0.5)
         assert len(rank_processes()) == 2, "the ranks never started"
         time.sleep(2)  # well into training
+        # The task's links are in the UI while it runs, not only once it ends.
+        links = {key: value for key, value in xcoms(airflow, "hvd_mnist_pytorch", "train").items()
+                 if key.startswith("_link_")}
+        assert set(links) == {"_link_SparkUILink", "_link_CheckpointsLink", "_link_HorovodTimelineLink"}, links
+        assert links["_link_SparkUILink"].startswith("http://")
         record.start()
         proc.send_signal(signal.SIGTERM)  # what Airflow sends a task it kills
         out, _ = proc.communicate(timeout=60)
     finally:
-        if proc.poll() is None:
-            proc.kill()
+        if proc.poll() is None:  # an assertion above failed: end the task as Airflow does, not with SIGKILL
+            proc.send_signal(signal.SIGTERM)
+            try:
+                proc.communicate(timeout=60)
+            except subprocess.TimeoutExpired:
+                proc.kill()
     assert "Sending kill signal to spark-submit" in out
     assert_no_run_processes(timeout=20)
     import psutil
@@ -354,6 +368,11 @@ def test_every_class_the_provider_lists_is_importable():
         module, cls = conn["hook-class-name"].rsplit(".", 1)
         hook = getattr(importlib.import_module(module), cls)
         assert hook.conn_type == conn["connection-type"] == "horovod"
+    from airflow_provider_hvd.operators.horovod_runner import HorovodRunnerOperator
+
+    declared = info["extra-links"]
+    assert [f"{type(link).__module__}.{type(link).__name__}" for link in HorovodRunnerOperator.operator_extra_links
+            ] == declared
 
 
 PROVIDERS_MANAGER_PROBE = """
@@ -366,7 +385,8 @@ with warnings.catch_warnings(record=True) as caught:
                for name, w in pm.connection_form_widgets.items() if name.startswith("extra__horovod__")}
     behaviour = pm.field_behaviours.get("horovod")
     hook = pm.hooks.get("horovod")
-print("PROBE " + json.dumps({"widgets": widgets, "behaviour": behaviour,
+    links = [name for name in pm.extra_links_class_names if name.startswith("airflow_provider_hvd.")]
+print("PROBE " + json.dumps({"widgets": widgets, "behaviour": behaviour, "links": links,
                              "hook_name": hook.hook_name if hook else None,
                              "deprecations": [str(w.message) for w in caught if "airflow_provider_hvd" in str(w.message)]}))
 """
@@ -387,6 +407,9 @@ def test_the_connection_form_is_declared_for_airflows_ui(airflow):
     assert probe["behaviour"]["relabeling"] == {"password": "Signing key (hex)"}
     assert probe["behaviour"]["placeholders"]["extra__horovod__storage_path"].startswith("s3://")
     assert probe["deprecations"] == []
+    assert probe["links"] == ["airflow_provider_hvd.links.horovod.CheckpointsLink",
+                              "airflow_provider_hvd.links.horovod.HorovodTimelineLink",
+                              "airflow_provider_hvd.links.horovod.SparkUILink"]  # as Airflow's UI finds them
 
 
 def test_the_hook_reads_exactly_the_declared_fields_as_json_or_as_the_ui_saves_them(monkeypatch):

@@ -55,6 +55,10 @@ import json
 from airflow.providers.apache.spark.hooks.spark_submit import SparkSubmitHook
 from airflow_provider_hvd.hooks.horovod import HorovodSparkSubmitHook
 assert "_resolve_connection" in vars(SparkSubmitHook), "SparkSubmitHook._resolve_connection is gone"
+import inspect
+assert "self._process_spark_submit_log(" in inspect.getsource(SparkSubmitHook.submit), (
+    "SparkSubmitHook.submit no longer reads spark-submit's output through _process_spark_submit_log: "
+    "HorovodSparkSubmitHook cannot see the application's announcement (the Spark UI link)")
 plain = SparkSubmitHook(conn_id="hvd_no_such_connection")
 ours = HorovodSparkSubmitHook(conn_id="hvd_no_such_connection")
 named = HorovodSparkSubmitHook(conn_id="hvd_spark_test")

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import json
 import secrets
+from collections.abc import Callable, Iterator
 from typing import Any
 
 from airflow.providers.apache.spark.hooks.spark_submit import SparkSubmitHook
@@ -11,6 +13,7 @@ from airflow.sdk.exceptions import AirflowNotFoundException
 
 from airflow_provider_hvd.get_provider_info import CONN_FIELDS, UI_FIELD_BEHAVIOUR
 from airflow_provider_hvd.runner.errors import PayloadError
+from airflow_provider_hvd.runner.spark_app import APPLICATION_MARKER
 
 DEFAULT_STORAGE = "file:///tmp/airflow-provider-hvd"
 LOCAL_MASTER = "local[*]"
@@ -129,12 +132,40 @@ class HorovodSparkSubmitHook(SparkSubmitHook):
     does not exist; a laptop or CI has no YARN, and the embedded default of this
     provider is Spark ``local[*]``. The master actually used is in ``master``.
 
+    It also hands the line where our Spark application says its id and UI address to
+    ``on_application`` (the operator's links) instead of the log.
+
     Private API, this class only: the hook resolves its connection once, in ``__init__``,
     through ``_resolve_connection()`` into ``_connection`` (a dict with ``master`` and
     ``deploy_mode``), and has no public way to change or read the master. Overriding that
     method is the one place the fallback can be set before the hook builds spark-submit's
-    command. tests/test_private_apis.py fails, naming both, if a provider release changes them.
+    command. ``_process_spark_submit_log(itr)`` is where the hook reads spark-submit's output
+    line by line, the one place to see a line as it comes. tests/test_private_apis.py fails,
+    naming them, if a provider release changes them.
     """
+
+    def __init__(self, *args: Any, on_application: Callable[[dict[str, Any]], None] | None = None,
+                 **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._on_application = on_application
+
+    def _process_spark_submit_log(self, itr: Iterator[Any]) -> None:
+        """The provider's log handling, minus our application's announcement line (runner/spark_app.py),
+        which goes to ``on_application`` as a dict (``application_id``, ``spark_ui``)."""
+        super()._process_spark_submit_log(self._announcements(itr))
+
+    def _announcements(self, itr: Iterator[Any]) -> Iterator[Any]:
+        for line in itr:
+            text = str(line).strip()
+            if text.startswith(APPLICATION_MARKER):
+                try:
+                    info = json.loads(text[len(APPLICATION_MARKER):])
+                except ValueError:
+                    info = None
+                if isinstance(info, dict) and self._on_application is not None:
+                    self._on_application(info)
+                    continue
+            yield line
 
     def _resolve_connection(self) -> dict[str, Any]:
         conn_data = super()._resolve_connection()

@@ -14,6 +14,7 @@ from airflow.sdk import BaseOperator, Context, ObjectStoragePath
 from airflow.sdk.exceptions import AirflowException
 
 from airflow_provider_hvd.hooks.horovod import HorovodHook, HorovodSparkSubmitHook
+from airflow_provider_hvd.links.horovod import CheckpointsLink, HorovodTimelineLink, SparkUILink
 from airflow_provider_hvd.runner import defaults, results, spark_app
 from airflow_provider_hvd.runner.checkpoint import (
     CHECKPOINT_DIR_ENV,
@@ -104,6 +105,7 @@ class HorovodRunnerOperator(BaseOperator):
                                       "resume_from_checkpoint", "env", "conf", *defaults.OPTIONS)
     template_fields_renderers = {"op_kwargs": "py", "env": "json", "conf": "json"}
     ui_color = "#e8f4fd"
+    operator_extra_links = (SparkUILink(), HorovodTimelineLink(), CheckpointsLink())
 
     def __init__(self, *, python_callable: Callable[..., Any], np: int | str, op_kwargs: dict[str, Any] | None = None,
                  spark_conn_id: str = "spark_default", horovod_conn_id: str = HorovodHook.default_conn_name,
@@ -142,6 +144,7 @@ class HorovodRunnerOperator(BaseOperator):
                 defaults.parse_option(name, value)  # a bad value fails when the DAG is parsed
             setattr(self, name, value)
         self._submit_hook: HorovodSparkSubmitHook | None = None
+        self.link_urls: dict[str, str] = {}  # extra link name -> URL, as learnt during execute
 
     @cached_property
     def hook(self) -> HorovodHook:
@@ -168,6 +171,7 @@ class HorovodRunnerOperator(BaseOperator):
         result_path = prefix / "result.hvd"
         checkpoint_dir = ObjectStoragePath(self.checkpoint_path) if self.checkpoint_path else prefix / "checkpoints"
         ti.xcom_push(key="checkpoint_dir", value=str(checkpoint_dir))
+        self._publish_link(ti, CheckpointsLink, str(checkpoint_dir))
         rank_env = {**self.env, CHECKPOINT_DIR_ENV: plain_url(checkpoint_dir)}
         resume = self._resume_from(context)
         if resume:
@@ -181,6 +185,7 @@ class HorovodRunnerOperator(BaseOperator):
             timeline_path = prefix / "timeline.json" if self.timeline is True else ObjectStoragePath(self.timeline)
             args += ["--timeline", plain_url(timeline_path)]
             ti.xcom_push(key="timeline", value=str(timeline_path))
+            self._publish_link(ti, HorovodTimelineLink, str(timeline_path))
             if options.get("timeline_live_bytes", defaults.TIMELINE_LIVE_BYTES):
                 ti.xcom_push(key="timeline_live", value=live_view_location(str(timeline_path)))
 
@@ -192,6 +197,18 @@ class HorovodRunnerOperator(BaseOperator):
         except AirflowException as exc:
             raise AirflowException(self._failure_message(result_path) or str(exc)) from exc
         return self._read_result(result_path, key)
+
+    def _publish_link(self, ti: Any, link: type, url: str) -> None:
+        """Show the link in the UI now, while training runs (Airflow itself pushes links only at the end)."""
+        self.link_urls[link.name] = url
+        ti.xcom_push(key=link().xcom_key, value=url)
+
+    def _on_application(self, ti: Any, info: dict[str, Any]) -> None:
+        ui = info.get("spark_ui")
+        self.log.info("Spark application %s started; its UI: %s", info.get("application_id"),
+                      ui or "disabled (spark.ui.enabled=false)")
+        if ui:
+            self._publish_link(ti, SparkUILink, str(ui))
 
     def _np(self) -> int:
         try:
@@ -222,6 +239,7 @@ class HorovodRunnerOperator(BaseOperator):
         conf = dict(self.conf)  # the hook keeps this dict: the local default below still reaches it
         hook = HorovodSparkSubmitHook(
             conn_id=self.spark_conn_id, conf=conf, name=f"horovod-{ti.dag_id}-{ti.task_id}",
+            on_application=lambda info: self._on_application(ti, info),
             application_args=args,
             # The key and the ranks' environment travel in spark-submit's environment, never on
             # its command line (which the Spark provider logs).

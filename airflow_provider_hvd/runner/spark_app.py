@@ -30,6 +30,8 @@ SIGNING_KEY_ENV = "HVD_SIGNING_KEY"
 # Spark's log4j2 configuration for this application: WARN from the JVM's first line (the file says why).
 LOG4J2_CONFIG = os.path.join(os.path.dirname(os.path.abspath(__file__)), "spark_log4j2.properties")
 RANK_ENV_ENV = "HVD_RANK_ENV_JSON"
+# The line announce_application prints once the SparkContext exists, read by HorovodSparkSubmitHook.
+APPLICATION_MARKER = "HVD-SPARK-APPLICATION "
 
 
 def _die_with_parent() -> None:
@@ -38,6 +40,13 @@ def _die_with_parent() -> None:
     from airflow_provider_hvd.runner.common.lifetime import die_with_parent
 
     die_with_parent(signal.SIGTERM)
+
+
+def announce_application(spark) -> None:
+    """One line on stdout with the application's id and where its UI is, for the operator's links."""
+    sc = spark.sparkContext
+    print(APPLICATION_MARKER + json.dumps({"application_id": sc.applicationId, "spark_ui": sc.uiWebUrl}),
+          flush=True)
 
 
 def parse_args(argv: list[str]) -> argparse.Namespace:
@@ -93,6 +102,7 @@ def main(argv: list[str] | None = None) -> int:
         from pyspark.sql import SparkSession
 
         spark = SparkSession.builder.getOrCreate()
+        announce_application(spark)
         runner = HorovodRunner(np=args.np, env=rank_env, timeline=args.timeline, spark=spark, **args.options)
         value = runner.run(fn, **kwargs)
         atomic_write(args.result, seal_result(value, key))
