@@ -1,11 +1,17 @@
-"""Scheduled retraining: every day, and whenever new data lands, continue from the last checkpoint.
+"""Retraining whenever new data lands, continuing from the last checkpoint: two DAGs.
 
-refresh_data -> writes the day's training data; updates the ``hvd_digits_data`` Asset
+``hvd_digits_ingest`` (daily; in production, whatever lands your data):
+land_data    -> writes the training data; updates the ``hvd_digits_data`` Asset
+
+``hvd_scheduled_retraining`` (scheduled on that Asset: each update starts a run):
 retrain      -> HorovodRunnerOperator resuming from the newest checkpoint in a stable
                 folder (``resume_from_checkpoint``) and adding ``epochs`` more
 wait         -> HorovodArtifactSensor: a checkpoint written by *this* run (newer than its start)
 publish      -> evaluates it and publishes it as models/digits/latest.pt; updates the
                 ``hvd_digits_model`` Asset for downstream DAGs (serving, reports)
+
+To retrain on a clock as well (say weekly, new data or not), schedule it on
+``AssetOrTimeSchedule(timetable=CronTriggerTimetable("0 3 * * 0", timezone="UTC"), assets=DIGITS_DATA)``.
 """
 
 from __future__ import annotations
@@ -31,21 +37,29 @@ CHECKPOINTS = f"{STORAGE}/models/digits/checkpoints"
     schedule="@daily",
     start_date=pendulum.datetime(2026, 1, 1, tz="UTC"),
     catchup=False,
+    tags=["horovod", "example", "retraining"],
+)
+def hvd_digits_ingest():
+    @task(outlets=[DIGITS_DATA])
+    def land_data(dag_run=None) -> str:
+        # A real pipeline would land the interval's new examples; the digits are reshuffled per run.
+        info = prepare_digits(DIGITS_DATA.uri, np=NP, seed=int(dag_run.run_after.timestamp()) % 1000)
+        print(f"landed {info}")
+        return info["data_dir"]
+
+    land_data()
+
+
+@dag(
+    schedule=[DIGITS_DATA],  # every update of the data asset starts a run
+    start_date=pendulum.datetime(2026, 1, 1, tz="UTC"),
+    catchup=False,
     max_active_runs=1,  # two runs must not resume from, and write, the same checkpoints at once
     tags=["horovod", "pytorch", "example", "retraining"],
     params={"epochs": Param(10, type="integer", minimum=1), "min_accuracy": Param(0.9, type="number"),
             "max_restarts": Param(2, type="integer", minimum=0)},
 )
 def hvd_scheduled_retraining():
-    @task(outlets=[DIGITS_DATA])
-    def refresh_data(data_interval_end=None) -> str:
-        # A real pipeline would pull the interval's new examples; the digits are reshuffled per day.
-        info = prepare_digits(DIGITS_DATA.uri, np=NP, seed=int(data_interval_end.timestamp()) % 1000)
-        print(f"refreshed {info}")
-        return info["data_dir"]
-
-    data = refresh_data()
-
     retrain = HorovodRunnerOperator(
         task_id="retrain",
         python_callable=train_digits,
@@ -82,8 +96,9 @@ def hvd_scheduled_retraining():
         print(f"published {latest}: test accuracy {result['test_accuracy']:.4f} after {result['epoch']} epochs")
         return {**result, "model": latest}
 
-    data >> retrain >> wait
+    retrain >> wait
     publish(wait.output)
 
 
+hvd_digits_ingest()
 hvd_scheduled_retraining()

@@ -94,6 +94,8 @@ def test_tasks_test_runs_the_train_task_alone(airflow, no_leftovers):
 
 
 def test_scheduled_retraining_resumes_and_publishes(airflow, no_leftovers):
+    rc, out = run_airflow(airflow, "dags", "test", "hvd_digits_ingest")  # the upstream DAG lands the data
+    assert rc == 0 and "landed" in out, out[-5000:]
     conf = json.dumps({"epochs": 4, "min_accuracy": 0.5})
     rc, out = run_airflow(airflow, "dags", "test", "hvd_scheduled_retraining", "-c", conf)
     assert rc == 0, out[-5000:]

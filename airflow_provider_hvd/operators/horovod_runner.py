@@ -236,16 +236,9 @@ class HorovodRunnerOperator(BaseOperator):
     def _make_submit_hook(self, key: bytes, args: list[str], rank_env: dict[str, str],
                           context: Context) -> HorovodSparkSubmitHook:
         ti = context["ti"]
-        conf = dict(self.conf)  # the hook keeps this dict: the local default below still reaches it
-        hook = HorovodSparkSubmitHook(
-            conn_id=self.spark_conn_id, conf=conf, name=f"horovod-{ti.dag_id}-{ti.task_id}",
-            on_application=lambda info: self._on_application(ti, info),
-            application_args=args,
-            # The key and the ranks' environment travel in spark-submit's environment, never on
-            # its command line (which the Spark provider logs).
-            env_vars={spark_app.SIGNING_KEY_ENV: key.hex(), spark_app.RANK_ENV_ENV: json.dumps(rank_env),
-                      "PYTHONUNBUFFERED": "1",
-                      "PATH": os.path.dirname(sys.executable) + os.pathsep + os.environ.get("PATH", "")})
+        # The whole conf is built before the hook: SparkSubmitHook keeps ``conf or {}``, so an
+        # empty dict changed after it was handed over would never reach spark-submit.
+        conf = dict(self.conf)
         # Spark's INFO chatter would bury the ranks' lines in the task log. spark.log.level applies
         # only once the SparkContext exists, so the driver's JVM also starts with our log4j2
         # configuration (WARN, plus the line with the Spark UI's address). The one switch back:
@@ -256,10 +249,18 @@ class HorovodRunnerOperator(BaseOperator):
             existing = str(conf.get("spark.driver.extraJavaOptions", ""))
             if "log4j2.configurationFile" not in existing:  # the user's own configuration wins
                 conf["spark.driver.extraJavaOptions"] = f"{existing} {option}".strip()
-        if hook.master.startswith("local"):
+        if HorovodSparkSubmitHook(conn_id=self.spark_conn_id).master.startswith("local"):
             # Same machine: the driver and its workers use this interpreter (its venv has horovod).
             conf.setdefault("spark.pyspark.python", sys.executable)
-        return hook
+        return HorovodSparkSubmitHook(
+            conn_id=self.spark_conn_id, conf=conf, name=f"horovod-{ti.dag_id}-{ti.task_id}",
+            on_application=lambda info: self._on_application(ti, info),
+            application_args=args,
+            # The key and the ranks' environment travel in spark-submit's environment, never on
+            # its command line (which the Spark provider logs).
+            env_vars={spark_app.SIGNING_KEY_ENV: key.hex(), spark_app.RANK_ENV_ENV: json.dumps(rank_env),
+                      "PYTHONUNBUFFERED": "1",
+                      "PATH": os.path.dirname(sys.executable) + os.pathsep + os.environ.get("PATH", "")})
 
     def _resume_from(self, context: Context) -> str | None:
         wanted = self.resume_from_checkpoint
