@@ -7,8 +7,9 @@ land_data    -> writes the training data; updates the ``hvd_digits_data`` Asset
 retrain      -> HorovodRunnerOperator resuming from the newest checkpoint in a stable
                 folder (``resume_from_checkpoint``) and adding ``epochs`` more
 wait         -> HorovodArtifactSensor: a checkpoint written by *this* run (newer than its start)
-publish      -> evaluates it and publishes it as models/digits/latest.pt; updates the
-                ``hvd_digits_model`` Asset for downstream DAGs (serving, reports)
+evaluate     -> its test accuracy, on the training side (np=-1); fails below ``min_accuracy``
+publish      -> publishes it as models/digits/latest.pt; updates the ``hvd_digits_model``
+                Asset for downstream DAGs (serving, reports)
 
 To retrain on a clock as well (say weekly, new data or not), schedule it on
 ``AssetOrTimeSchedule(timetable=CronTriggerTimetable("0 3 * * 0", timezone="UTC"), assets=DIGITS_DATA)``.
@@ -20,7 +21,7 @@ import os
 
 import pendulum
 from airflow.sdk import Asset, Param, dag, task
-from airflow_provider_hvd.examples.digits import evaluate_digits, prepare_digits, train_digits
+from airflow_provider_hvd.examples.digits import evaluate_and_check, evaluate_digits, prepare_digits, train_digits
 
 from airflow_provider_hvd.operators.horovod_runner import HorovodRunnerOperator
 from airflow_provider_hvd.sensors.horovod_artifact import HorovodArtifactSensor
@@ -55,6 +56,7 @@ def hvd_digits_ingest():
     start_date=pendulum.datetime(2026, 1, 1, tz="UTC"),
     catchup=False,
     max_active_runs=1,  # two runs must not resume from, and write, the same checkpoints at once
+    render_template_as_native_obj=True,  # epochs, max_restarts and min_accuracy render as numbers
     tags=["horovod", "pytorch", "example", "retraining"],
     params={"epochs": Param(10, type="integer", minimum=1), "min_accuracy": Param(0.9, type="number"),
             "max_restarts": Param(2, type="integer", minimum=0)},
@@ -71,7 +73,6 @@ def hvd_scheduled_retraining():
         timeline=True,
         max_restarts="{{ params.max_restarts }}",  # a lost executor restarts inside the run ...
         retries=1,  # ... and anything else gets one Airflow retry, resuming from the checkpoint
-        render_template_as_native_obj=True,
     )
 
     wait = HorovodArtifactSensor(
@@ -82,22 +83,30 @@ def hvd_scheduled_retraining():
         timeout=600,
     )
 
+    # On the training side (one process on the Spark driver): the Airflow image needs no torch.
+    evaluate = HorovodRunnerOperator(
+        task_id="evaluate",
+        python_callable=evaluate_and_check,
+        np=-1,
+        op_kwargs={"evaluate": evaluate_digits, "data_dir": DIGITS_DATA.uri,
+                   "checkpoint": "{{ ti.xcom_pull(task_ids='wait_for_checkpoint')['checkpoint'] }}",
+                   "min_accuracy": "{{ params.min_accuracy }}"},
+        storage_path=STORAGE,
+    )
+
     @task(outlets=[DIGITS_MODEL])
-    def publish(artifacts: dict, params=None) -> dict:
+    def publish(artifacts: dict, result: dict) -> dict:
         import fsspec
 
         from airflow_provider_hvd.runner.common.storage import atomic_write
 
-        result = evaluate_digits(DIGITS_DATA.uri, artifacts["checkpoint"])
-        if result["test_accuracy"] < params["min_accuracy"]:
-            raise ValueError(f"not publishing: accuracy {result['test_accuracy']} < {params['min_accuracy']}")
         with fsspec.open(artifacts["checkpoint"], "rb") as f:
             latest = atomic_write(f"{DIGITS_MODEL.uri}/latest.pt", f.read())
         print(f"published {latest}: test accuracy {result['test_accuracy']:.4f} after {result['epoch']} epochs")
         return {**result, "model": latest}
 
-    retrain >> wait
-    publish(wait.output)
+    retrain >> wait >> evaluate
+    publish(wait.output, evaluate.output)
 
 
 hvd_digits_ingest()

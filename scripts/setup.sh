@@ -101,10 +101,14 @@ if [ "$installed" != "$horovod_pin" ] || [ "$(cat "$stamp" 2>/dev/null)" != "$wh
 fi
 
 extras=${HVD_EXTRAS:-airflow,examples,bench,test}
+# This environment trains (it has torch and horovod): the training extra (pyspark) always.
+case ",$extras," in *,training,*) ;; *) extras="training,$extras" ;; esac
 [ "$with_tf" = 1 ] && case ",$extras," in *,tensorflow,*) ;; *) extras="$extras,tensorflow" ;; esac
 step "install airflow-provider-hvd (editable) with extras $extras"
-# pyproject.toml holds every pin; pip resolves them in one go.
-pip_q -e ".[$extras]" || fail "pip could not install the package's dependencies (see pyproject.toml)"
+# The package declares ranges; this project's environments take the exact versions CI proves
+# ([tool.airflow-provider-hvd.pins] in pyproject.toml), as pip constraints.
+"$PYTHON" scripts/versions.py constraints > "$VENV/constraints.txt"
+pip_q -c "$VENV/constraints.txt" -e ".[$extras]" || fail "pip could not install the package's dependencies (see pyproject.toml)"
 
 case ",$extras," in *,test,*)
     step "check the test suite's system packages"

@@ -3,6 +3,7 @@
 Usage:
   python3 scripts/versions.py horovod|torch|apt|apt_build|apt_test  a pin of the build recipe
   python3 scripts/versions.py extra NAME            the requirements of the package's extra NAME
+  python3 scripts/versions.py constraints           pip constraints: this project's exact versions
   python3 scripts/versions.py --docker-env          docker/.env for compose (docker/ images and pins)
 """
 
@@ -21,6 +22,13 @@ def _tool() -> dict:
 def extra(name: str) -> list[str]:
     with PYPROJECT.open("rb") as f:
         return tomllib.load(f)["project"]["optional-dependencies"][name]
+
+
+def constraints() -> str:
+    """The pins of [tool.airflow-provider-hvd.pins] and torch/horovod from [build], one per line."""
+    build = build_pins()
+    lines = [*_tool()["pins"]["packages"], f"torch=={build['torch']}", f"horovod=={build['horovod']}"]
+    return "".join(f"{line}\n" for line in lines)
 
 
 def build_pins() -> dict:
@@ -52,6 +60,8 @@ def docker_env() -> str:
 if __name__ == "__main__":
     if sys.argv[1] == "--docker-env":
         sys.stdout.write(docker_env())
+    elif sys.argv[1] == "constraints":
+        sys.stdout.write(constraints())
     elif sys.argv[1] == "extra":
         print(" ".join(extra(sys.argv[2])))
     else:

@@ -28,7 +28,7 @@ ALLOWED = {
 }
 ENTRY_POINTS = {"horovod_runner", "spark_app", "checkpoint", "timeline_window", "results"}
 AIRFLOW_LAYER = ("airflow", "airflow_provider_hvd.hooks", "airflow_provider_hvd.operators",
-                 "airflow_provider_hvd.links", "airflow_provider_hvd.sensors", "airflow_provider_hvd.triggers", "airflow_provider_hvd.utils",
+                 "airflow_provider_hvd.links", "airflow_provider_hvd.sensors", "airflow_provider_hvd.version_compat", "airflow_provider_hvd.triggers", "airflow_provider_hvd.utils",
                  "airflow_provider_hvd.examples")
 
 

@@ -122,8 +122,12 @@ def installed(tmp_path_factory):
     env = root / "env"
     # --copies: Hadoop's unpacker refuses an archive whose bin/python links outside it.
     run([sys._base_executable, "-m", "venv", "--copies", env])
-    pip = [env / "bin" / "python", "-m", "pip", "install", "-q", "--disable-pip-version-check"]
-    run([*pip, wheels[0], horovod_wheel], env=user_env())
+    # The exact versions CI proves (the package itself declares ranges): torch must be the one
+    # the horovod wheel was built against.
+    constraints = root / "constraints.txt"
+    constraints.write_text(run([sys.executable, REPO / "scripts" / "versions.py", "constraints"]).stdout)
+    pip = [env / "bin" / "python", "-m", "pip", "install", "-q", "--disable-pip-version-check", "-c", constraints]
+    run([*pip, f"{wheels[0]}[training]", horovod_wheel], env=user_env())
     t_install = time.monotonic()
     archive = root / "environment.tar.gz"
     # Workers take pyspark from Spark itself, so its 450 MB of jars can stay behind; level 0

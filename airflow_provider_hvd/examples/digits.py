@@ -9,6 +9,7 @@ state from rank 0; checkpoint on rank 0 only.
 from __future__ import annotations
 
 import io
+from typing import Callable
 
 N_FEATURES = 64
 N_CLASSES = 10
@@ -142,6 +143,18 @@ def train_digits(data_dir: str, epochs: int = 20, lr: float = 0.05, batch_size: 
             if saved:
                 log_to_driver(f"checkpoint {saved}")
     return metrics
+
+
+def evaluate_and_check(evaluate: Callable[[str, str], dict], data_dir: str, checkpoint: str,
+                       min_accuracy: float) -> dict:
+    """The example DAGs' evaluate step, run by HorovodRunnerOperator(np=-1): on the training side,
+    where torch (or TensorFlow) is, not on the Airflow worker. Fails below ``min_accuracy``."""
+    result = evaluate(data_dir, checkpoint)
+    print(f"test accuracy {result['test_accuracy']:.4f} after {result['epoch']} epochs "
+          f"({result['n_test']} test images) of {checkpoint}", flush=True)
+    if result["test_accuracy"] < float(min_accuracy):
+        raise ValueError(f"test accuracy {result['test_accuracy']} is below {min_accuracy}")
+    return result
 
 
 def evaluate_digits(data_dir: str, checkpoint: str) -> dict:

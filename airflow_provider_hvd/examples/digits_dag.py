@@ -8,7 +8,8 @@ prepare  -> writes the digits data set (scikit-learn's 8x8 MNIST stand-in, or a 
 train    -> HorovodRunnerOperator: 2 ranks in a Spark barrier stage, timeline on,
             checkpoints on rank 0
 wait     -> HorovodArtifactSensor: the timeline and this run's checkpoint are in storage
-evaluate -> test accuracy of the checkpoint (the task fails below ``min_accuracy``)
+evaluate -> test accuracy of the checkpoint (the task fails below ``min_accuracy``), on the
+            training side (HorovodRunnerOperator, np=-1): the Airflow worker needs no torch
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ from typing import Callable
 
 import pendulum
 from airflow.sdk import Param, dag, task
-from airflow_provider_hvd.examples.digits import prepare_digits
+from airflow_provider_hvd.examples.digits import evaluate_and_check, prepare_digits
 
 from airflow_provider_hvd.operators.horovod_runner import HorovodRunnerOperator
 from airflow_provider_hvd.sensors.horovod_artifact import HorovodArtifactSensor
@@ -35,6 +36,9 @@ def digits_training_dag(dag_id: str, *, train: Callable, evaluate: Callable, tag
         schedule=None,
         start_date=pendulum.datetime(2026, 1, 1, tz="UTC"),
         catchup=False,
+        # epochs, max_restarts and min_accuracy render as numbers (a DAG-level setting: Airflow 3.0
+        # has no per-operator one).
+        render_template_as_native_obj=True,
         tags=["horovod", *tags, "example"],
         params={
             "storage": Param(os.environ.get("HVD_EXAMPLE_STORAGE", "file:///tmp/airflow-provider-hvd"),
@@ -69,7 +73,6 @@ def digits_training_dag(dag_id: str, *, train: Callable, evaluate: Callable, tag
             timeline=True,
             max_restarts="{{ params.max_restarts }}",
             conf={"spark.log.level": "{{ params.spark_log_level }}"},
-            render_template_as_native_obj=True,  # epochs and max_restarts render as ints
         )
 
         wait = HorovodArtifactSensor(
@@ -80,16 +83,19 @@ def digits_training_dag(dag_id: str, *, train: Callable, evaluate: Callable, tag
             timeout=600,
         )
 
-        @task(task_id="evaluate")
-        def evaluate_task(data_dir: str, artifacts: dict, params=None) -> dict:
-            result = evaluate(data_dir, artifacts["checkpoint"])
-            print(f"test accuracy {result['test_accuracy']:.4f} after {result['epoch']} epochs "
-                  f"({result['n_test']} test images); timeline: {artifacts['timeline']}")
-            if result["test_accuracy"] < params["min_accuracy"]:
-                raise ValueError(f"test accuracy {result['test_accuracy']} is below {params['min_accuracy']}")
-            return result
+        # Evaluation needs torch (or TensorFlow): it runs on the training side too, as one process
+        # on the Spark driver (np=-1), so the Airflow image needs neither.
+        evaluate_task = HorovodRunnerOperator(
+            task_id="evaluate",
+            python_callable=evaluate_and_check,
+            np=-1,
+            op_kwargs={"evaluate": evaluate, "data_dir": "{{ params.storage }}/" + data,
+                       "checkpoint": "{{ ti.xcom_pull(task_ids='wait_for_artifacts')['checkpoint'] }}",
+                       "min_accuracy": "{{ params.min_accuracy }}"},
+            storage_path="{{ params.storage }}",
+            conf={"spark.log.level": "{{ params.spark_log_level }}"},
+        )
 
-        data_dir >> train_task >> wait
-        evaluate_task(data_dir, wait.output)
+        data_dir >> train_task >> wait >> evaluate_task
 
     return digits_training()

@@ -8,12 +8,12 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 from airflow.providers.apache.spark.hooks.spark_submit import SparkSubmitHook
-from airflow.sdk import BaseHook, ObjectStoragePath
-from airflow.sdk.exceptions import AirflowNotFoundException
+from airflow.sdk import ObjectStoragePath
 
 from airflow_provider_hvd.get_provider_info import CONN_FIELDS, UI_FIELD_BEHAVIOUR
 from airflow_provider_hvd.runner.errors import PayloadError
 from airflow_provider_hvd.runner.spark_app import APPLICATION_MARKER
+from airflow_provider_hvd.version_compat import AirflowNotFoundException, BaseHook
 
 DEFAULT_STORAGE = "file:///tmp/airflow-provider-hvd"
 LOCAL_MASTER = "local[*]"

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+import importlib.util
 import json
 import os
 import sys
@@ -11,7 +12,6 @@ from functools import cached_property
 from typing import Any
 
 from airflow.sdk import BaseOperator, Context, ObjectStoragePath
-from airflow.sdk.exceptions import AirflowException
 
 from airflow_provider_hvd.hooks.horovod import HorovodHook, HorovodSparkSubmitHook
 from airflow_provider_hvd.links.horovod import CheckpointsLink, HorovodTimelineLink, SparkUILink
@@ -25,10 +25,16 @@ from airflow_provider_hvd.runner.checkpoint import (
 from airflow_provider_hvd.runner.driver.timeline_publisher import live_view_location
 from airflow_provider_hvd.runner.errors import PayloadError
 from airflow_provider_hvd.runner.wire import payload
+from airflow_provider_hvd.version_compat import AirflowException
 
 
 def _is_template(value: object) -> bool:
     return isinstance(value, str) and "{{" in value
+
+
+def _trains_here() -> bool:
+    """Whether this interpreter can run the ranks itself (the all-in-one environment of a laptop or CI)."""
+    return importlib.util.find_spec("horovod") is not None
 
 
 def _size(n: int) -> str:
@@ -249,18 +255,22 @@ class HorovodRunnerOperator(BaseOperator):
             existing = str(conf.get("spark.driver.extraJavaOptions", ""))
             if "log4j2.configurationFile" not in existing:  # the user's own configuration wins
                 conf["spark.driver.extraJavaOptions"] = f"{existing} {option}".strip()
-        if HorovodSparkSubmitHook(conn_id=self.spark_conn_id).master.startswith("local"):
-            # Same machine: the driver and its workers use this interpreter (its venv has horovod).
-            conf.setdefault("spark.pyspark.python", sys.executable)
+        env_vars = {spark_app.SIGNING_KEY_ENV: key.hex(), spark_app.RANK_ENV_ENV: json.dumps(rank_env),
+                    "PYTHONUNBUFFERED": "1"}
+        if _trains_here() and HorovodSparkSubmitHook(conn_id=self.spark_conn_id).master.startswith("local"):
+            # One environment for Airflow and training, on one machine: the Spark driver and its
+            # workers use this interpreter unless told otherwise. Where the Airflow image has no
+            # horovod, Spark's own settings choose (spark-defaults.conf, PYSPARK_PYTHON).
+            if not os.environ.get("PYSPARK_PYTHON"):
+                conf.setdefault("spark.pyspark.python", sys.executable)
+            env_vars["PATH"] = os.path.dirname(sys.executable) + os.pathsep + os.environ.get("PATH", "")
         return HorovodSparkSubmitHook(
             conn_id=self.spark_conn_id, conf=conf, name=f"horovod-{ti.dag_id}-{ti.task_id}",
             on_application=lambda info: self._on_application(ti, info),
             application_args=args,
             # The key and the ranks' environment travel in spark-submit's environment, never on
             # its command line (which the Spark provider logs).
-            env_vars={spark_app.SIGNING_KEY_ENV: key.hex(), spark_app.RANK_ENV_ENV: json.dumps(rank_env),
-                      "PYTHONUNBUFFERED": "1",
-                      "PATH": os.path.dirname(sys.executable) + os.pathsep + os.environ.get("PATH", "")})
+            env_vars=env_vars)
 
     def _resume_from(self, context: Context) -> str | None:
         wanted = self.resume_from_checkpoint

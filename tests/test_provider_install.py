@@ -1,0 +1,110 @@
+"""The provider dropped into an Airflow that has no torch, no horovod and no training pyspark,
+as a platform engineer's Airflow image is: the oldest Airflow 3 and Spark provider the package
+claims (the lower bounds of its `airflow` extra, every other package as of
+[tool.airflow-provider-hvd.pins].oldest_resolution_date) and the newest that resolves today.
+
+Each environment is fresh (uv, from the package registry), holds the built wheel with its
+`airflow` and `examples` extras, and must pass `pip check`, list the provider, parse every
+example DAG and run `hvd_mnist_pytorch` end to end. Its Spark driver and executors run in a
+separate training environment (this repository's .venv: pyspark, torch, horovod), chosen the
+way a deployment chooses it: Spark's own spark-defaults.conf (spark.pyspark.python and
+spark.pyspark.driver.python) in SPARK_CONF_DIR, and that environment's Spark as SPARK_HOME.
+"""
+
+import json
+import re
+import subprocess
+import sys
+import tomllib
+from pathlib import Path
+
+import pytest
+from conftest import assert_no_run_processes, user_env
+
+REPO = Path(__file__).resolve().parent.parent
+UV = Path(sys.executable).parent / "uv"
+TRAINING_PYTHON = Path(sys.executable)  # .venv: the training environment
+EXAMPLE_DAGS = {"hvd_allreduce_smoke", "hvd_digits_ingest", "hvd_mnist_pytorch", "hvd_mnist_tensorflow",
+                "hvd_scheduled_retraining"}
+
+
+def pyproject() -> dict:
+    with (REPO / "pyproject.toml").open("rb") as f:
+        return tomllib.load(f)
+
+
+def lower_bounds() -> list[str]:
+    """The `airflow` extra's requirements with their lower bound made exact: what the package claims to run on."""
+    pins = []
+    for requirement in pyproject()["project"]["optional-dependencies"]["airflow"]:
+        name, bound = re.fullmatch(r"([\w.-]+)>=([\w.]+)(?:,.*)?", requirement).groups()
+        pins.append(f"{name}=={bound}")
+    return pins
+
+
+def run(cmd, env=None, timeout=900, cwd=None):
+    done = subprocess.run([str(c) for c in cmd], capture_output=True, text=True, timeout=timeout, env=env, cwd=cwd)
+    assert done.returncode == 0, f"{cmd}:\n{done.stdout[-4000:]}\n{done.stderr[-4000:]}"
+    return done.stdout + done.stderr
+
+
+def json_list(output: str) -> list:
+    """The JSON list an `airflow ... -o json` command printed among its log lines."""
+    return json.loads(next(line for line in output.splitlines() if line.startswith("[")))
+
+
+@pytest.fixture(scope="module")
+def wheel(tmp_path_factory):
+    dist = tmp_path_factory.mktemp("dist")
+    run([sys.executable, "-m", "build", "--wheel", "--outdir", dist, REPO], cwd=dist)
+    (found,) = dist.glob("*.whl")
+    return found
+
+
+@pytest.mark.parametrize("which", ["oldest", "newest"])
+def test_the_provider_in_an_airflow_without_the_training_stack(which, wheel, tmp_path, no_leftovers):
+    venv = tmp_path / "airflow-venv"
+    run([UV, "venv", "-q", "--seed", "-p", sys._base_executable, venv])
+    python = venv / "bin" / "python"
+    install = [UV, "pip", "install", "-q", "-p", python, f"{wheel}[airflow,examples]"]
+    if which == "oldest":
+        install += [*lower_bounds(), "--exclude-newer",
+                    pyproject()["tool"]["airflow-provider-hvd"]["pins"]["oldest_resolution_date"]]
+    run(install, env=user_env())
+    versions = json.loads(run([python, "-c", "import json, importlib.metadata as m; print(json.dumps({p: m.version(p) "
+                                             "for p in ('apache-airflow', 'apache-airflow-providers-apache-spark')}))"]))
+    if which == "oldest":
+        assert [f"{name}=={version}" for name, version in versions.items()] == lower_bounds()
+    print(f"{which}: {versions}")
+    run([python, "-m", "pip", "check"])
+    # The Airflow side imports neither torch nor horovod (the callable does, on the ranks).
+    missing = run([python, "-c", "import importlib.util as u; print([m for m in ('torch', 'horovod') "
+                                 "if u.find_spec(m) is None])"])
+    assert missing.strip().endswith("['torch', 'horovod']"), missing
+
+    home, storage, spark_conf = tmp_path / "airflow", tmp_path / "storage", tmp_path / "spark-conf"
+    spark_conf.mkdir()
+    (spark_conf / "spark-defaults.conf").write_text(f"spark.pyspark.python {TRAINING_PYTHON}\n"
+                                                    f"spark.pyspark.driver.python {TRAINING_PYTHON}\n")
+    spark_home = TRAINING_PYTHON.parent.parent / "lib" / f"python{sys.version_info[0]}.{sys.version_info[1]}" / \
+        "site-packages" / "pyspark"
+    env = user_env(AIRFLOW_HOME=str(home), AIRFLOW__CORE__DAGS_FOLDER=str(REPO / "dags"),
+                   AIRFLOW__CORE__LOAD_EXAMPLES="False", HVD_EXAMPLE_STORAGE=f"file://{storage}",
+                   SPARK_HOME=str(spark_home), SPARK_CONF_DIR=str(spark_conf),
+                   PATH=f"{spark_home / 'bin'}:{venv / 'bin'}:/usr/bin:/bin")
+    airflow = venv / "bin" / "airflow"
+    run([airflow, "db", "migrate"], env=env, cwd=tmp_path, timeout=300)
+    providers = run([airflow, "providers", "list"], env=env, cwd=tmp_path)
+    assert re.search(r"^airflow-provider-hvd\s*\|", providers, re.M), providers[-3000:]
+    run([airflow, "dags", "reserialize"], env=env, cwd=tmp_path)
+    errors = run([airflow, "dags", "list-import-errors", "-o", "json"], env=env, cwd=tmp_path)
+    assert "No data found" in errors or json_list(errors) == [], errors[-4000:]
+    listed = run([airflow, "dags", "list", "-o", "json"], env=env, cwd=tmp_path)
+    assert {d["dag_id"] for d in json_list(listed)} == EXAMPLE_DAGS
+
+    out = run([airflow, "dags", "test", "hvd_mnist_pytorch", "-c", json.dumps({"epochs": 8})], env=env,
+              cwd=tmp_path, timeout=600)
+    assert "state=success" in out, out[-5000:]
+    assert float(out.split("test accuracy ")[1].split()[0]) >= 0.9, out[-3000:]
+    assert f"--conf spark.pyspark.python=" not in out  # Spark's own configuration chose the training Python
+    assert_no_run_processes()
