@@ -7,6 +7,9 @@ repo=$(cd "$(dirname "$0")/.." && pwd)
 export AIRFLOW_HOME=${AIRFLOW_HOME:-$repo/.airflow}
 export AIRFLOW__CORE__DAGS_FOLDER=${AIRFLOW__CORE__DAGS_FOLDER:-$repo/dags}
 export AIRFLOW__CORE__LOAD_EXAMPLES=${AIRFLOW__CORE__LOAD_EXAMPLES:-False}
+# The embedded default: the spark_default connection is Spark local[*] on this machine (a
+# connection that does not exist is an error, never a silent fallback).
+export AIRFLOW_CONN_SPARK_DEFAULT=${AIRFLOW_CONN_SPARK_DEFAULT:-'{"conn_type": "spark", "host": "local[*]"}'}
 airflow="$repo/.venv/bin/airflow"
 echo "==> [demo] Airflow metadata DB in $AIRFLOW_HOME (SQLite)"
 "$airflow" db migrate >/dev/null

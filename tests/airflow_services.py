@@ -43,6 +43,7 @@ def service_env(home: Path, dags_folder: Path, **extra: str) -> dict[str, str]:
            "AIRFLOW__LOGGING__WORKER_LOG_SERVER_PORT": str(free_port()),
            "AIRFLOW__LOGGING__TRIGGER_LOG_SERVER_PORT": str(free_port()),
            "AIRFLOW__SCHEDULER__SCHEDULER_HEARTBEAT_SEC": "1",
+           "AIRFLOW_CONN_SPARK_DEFAULT": '{"conn_type": "spark", "host": "local[*]"}',
            "AIRFLOW__DAG_PROCESSOR__REFRESH_INTERVAL": "5",
            **extra}
     return env

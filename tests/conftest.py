@@ -86,12 +86,17 @@ REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 AIRFLOW = os.path.join(os.path.dirname(sys.executable), "airflow")
 
 
+# The embedded default's spark_default, as scripts/demo.sh sets it: Spark local[*] on this machine.
+LOCAL_SPARK_CONNECTION = '{"conn_type": "spark", "host": "local[*]"}'
+
+
 @pytest.fixture(scope="module")
 def airflow(tmp_path_factory):
     home = tmp_path_factory.mktemp("airflow_home")
     storage = tmp_path_factory.mktemp("storage")
     env = {**os.environ, "AIRFLOW_HOME": str(home), "AIRFLOW__CORE__DAGS_FOLDER": os.path.join(REPO, "dags"),
-           "AIRFLOW__CORE__LOAD_EXAMPLES": "False", "HVD_EXAMPLE_STORAGE": f"file://{storage}"}
+           "AIRFLOW__CORE__LOAD_EXAMPLES": "False", "HVD_EXAMPLE_STORAGE": f"file://{storage}",
+           "AIRFLOW_CONN_SPARK_DEFAULT": LOCAL_SPARK_CONNECTION}
     done = subprocess.run([AIRFLOW, "db", "migrate"], env=env, capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr[-3000:]
     return {"env": env, "home": home, "storage": storage}

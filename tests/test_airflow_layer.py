@@ -189,6 +189,19 @@ def test_tampered_or_foreign_result_is_refused_by_the_operator(tmp_path, fault):
     record.observe(f"signed with another key -> refused; truncated -> {str(info.value)[:160]}")
 
 
+def test_a_spark_connection_that_does_not_exist_fails_the_task_before_anything_is_written(airflow, tmp_path):
+    env = {key: value for key, value in airflow["env"].items() if key != "AIRFLOW_CONN_SPARK_DEFAULT"}
+    env.update({"AIRFLOW__CORE__DAGS_FOLDER": str(REPO / "tests" / "dags"),
+                "AIRFLOW_CONN_HOROVOD_DEFAULT": json.dumps({"conn_type": "horovod",
+                                                            "extra": {"storage_path": f"file://{tmp_path}/storage"}})})
+    done = subprocess.run([AIRFLOW, "tasks", "test", "hvd_concurrent_runs", "train"], env=env, capture_output=True,
+                          text=True, timeout=300)
+    out = done.stdout + done.stderr
+    assert "new_state=failed" in out, out[-3000:]  # (`tasks test` itself exits 0 either way)
+    assert "Spark connection 'spark_default' does not exist" in out and "spark_conn_id=None" in out, out[-3000:]
+    assert not (tmp_path / "storage").exists()  # no payload written, so nothing was submitted either
+
+
 def test_a_result_that_is_not_json_reaches_a_downstream_task_through_load_result(airflow, tmp_path, no_leftovers):
     from airflow_provider_hvd.runner.wire import payload
 

@@ -72,8 +72,9 @@ USER_DAG = textwrap.dedent("""
     from airflow_provider_hvd.operators.horovod_runner import HorovodRunnerOperator
 """) + TRAIN + textwrap.dedent("""
     with DAG("my_training", start_date=pendulum.datetime(2026, 1, 1), schedule=None, catchup=False):
+        # spark_conn_id=None: Spark local[*] here, asked for (a missing connection is an error).
         HorovodRunnerOperator(task_id="train", python_callable=train, op_kwargs={"scale": 10}, np=2,
-                              storage_path="file://{storage}")
+                              storage_path="file://{storage}", spark_conn_id=None)
 """)
 
 # The driver of a cluster whose workers lack every package: the environment travels as an archive.

@@ -49,7 +49,7 @@ def test_horovod_torch_keeps_pending_collectives_in_its_handle_map():
 
 def test_spark_submit_hook_resolves_its_master_through_resolve_connection(airflow):
     """SparkSubmitHook._resolve_connection() -> _connection["master"]: where HorovodSparkSubmitHook
-    puts local[*] for a connection that does not exist (hooks/horovod.py)."""
+    refuses a connection that does not exist and puts local[*] for conn_id=None (hooks/horovod.py)."""
     script = """
 import json
 from airflow.providers.apache.spark.hooks.spark_submit import SparkSubmitHook
@@ -60,15 +60,22 @@ assert "self._process_spark_submit_log(" in inspect.getsource(SparkSubmitHook.su
     "SparkSubmitHook.submit no longer reads spark-submit's output through _process_spark_submit_log: "
     "HorovodSparkSubmitHook cannot see the application's announcement (the Spark UI link)")
 plain = SparkSubmitHook(conn_id="hvd_no_such_connection")
-ours = HorovodSparkSubmitHook(conn_id="hvd_no_such_connection")
+try:
+    HorovodSparkSubmitHook(conn_id="hvd_no_such_connection")
+    missing = None
+except Exception as exc:
+    missing = f"{type(exc).__name__}: {exc}"
+local = HorovodSparkSubmitHook(conn_id=None)
 named = HorovodSparkSubmitHook(conn_id="hvd_spark_test")
-print(json.dumps({"plain": plain._connection["master"], "ours": ours.master,
-                  "ours_deploy": ours._connection["deploy_mode"], "named": named.master}))
+print(json.dumps({"plain": plain._connection["master"], "missing": missing, "local": local.master,
+                  "local_deploy": local._connection["deploy_mode"], "named": named.master}))
 """
     env = {**airflow["env"], "AIRFLOW_CONN_HVD_SPARK_TEST": "spark://spark-master:7077"}
     done = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr[-3000:]
     seen = json.loads(done.stdout.strip().splitlines()[-1])
-    assert seen["plain"] == "yarn"  # the provider's own fallback, which ours replaces
-    assert seen["ours"] == "local[*]" and seen["ours_deploy"] is None
+    assert seen["plain"] == "yarn"  # the provider's own silent fallback, which ours refuses
+    assert seen["missing"].startswith("AirflowNotFoundException: Spark connection 'hvd_no_such_connection' "
+                                      "does not exist") and "spark_conn_id=None" in seen["missing"]
+    assert seen["local"] == "local[*]" and seen["local_deploy"] is None
     assert seen["named"] == "spark://spark-master:7077"

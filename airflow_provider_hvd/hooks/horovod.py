@@ -125,12 +125,20 @@ def load_result(uri: str, horovod_conn_id: str = HorovodHook.default_conn_name) 
     return HorovodHook(horovod_conn_id=horovod_conn_id).load_result(uri)
 
 
-class HorovodSparkSubmitHook(SparkSubmitHook):
-    """SparkSubmitHook whose fallback master is ``local[*]``, not ``yarn``.
+class _Silent:
+    """A logger that says nothing."""
 
-    The apache-spark provider silently submits to YARN when the Spark connection
-    does not exist; a laptop or CI has no YARN, and the embedded default of this
-    provider is Spark ``local[*]``. The master actually used is in ``master``.
+    def __getattr__(self, name: str) -> Callable[..., None]:
+        return lambda *args, **kwargs: None
+
+
+class HorovodSparkSubmitHook(SparkSubmitHook):
+    """SparkSubmitHook that never guesses where to train.
+
+    The apache-spark provider silently submits to YARN when the Spark connection does not
+    exist, and a fallback to ``local[*]`` would silently train on the Airflow worker: a
+    mistyped ``conn_id`` must fail, naming it. ``local[*]`` only when asked for: ``conn_id=None``,
+    or a connection whose host is ``local[...]``. The master actually used is in ``master``.
 
     It also hands the line where our Spark application says its id and UI address to
     ``on_application`` (the operator's links) instead of the log.
@@ -138,15 +146,20 @@ class HorovodSparkSubmitHook(SparkSubmitHook):
     Private API, this class only: the hook resolves its connection once, in ``__init__``,
     through ``_resolve_connection()`` into ``_connection`` (a dict with ``master`` and
     ``deploy_mode``), and has no public way to change or read the master. Overriding that
-    method is the one place the fallback can be set before the hook builds spark-submit's
-    command. ``_process_spark_submit_log(itr)`` is where the hook reads spark-submit's output
-    line by line, the one place to see a line as it comes. tests/test_private_apis.py fails,
-    naming them, if a provider release changes them.
+    method is the one place to check the connection and set the master before the hook builds
+    spark-submit's command. ``_process_spark_submit_log(itr)`` is where the hook reads
+    spark-submit's output line by line, the one place to see a line as it comes.
+    tests/test_private_apis.py fails, naming them, if a provider release changes them.
     """
 
-    def __init__(self, *args: Any, on_application: Callable[[dict[str, Any]], None] | None = None,
-                 **kwargs: Any) -> None:
-        super().__init__(*args, **kwargs)
+    # What ``conn_id=None`` resolves: a name no deployment uses, so the provider's own lookup
+    # takes its "no such connection" path and we put local[*] in place of its YARN.
+    _LOCAL = "__airflow_provider_hvd_local_master__"
+
+    def __init__(self, *args: Any, conn_id: str | None = "spark_default",
+                 on_application: Callable[[dict[str, Any]], None] | None = None, **kwargs: Any) -> None:
+        self._local_asked = conn_id is None
+        super().__init__(*args, conn_id=self._LOCAL if conn_id is None else conn_id, **kwargs)
         self._on_application = on_application
 
     def _process_spark_submit_log(self, itr: Iterator[Any]) -> None:
@@ -168,13 +181,25 @@ class HorovodSparkSubmitHook(SparkSubmitHook):
             yield line
 
     def _resolve_connection(self) -> dict[str, Any]:
-        conn_data = super()._resolve_connection()
+        if self._local_asked:
+            # The provider would log "defaulting to yarn" for our placeholder name: not a word of it.
+            self._log = _Silent()
+            try:
+                conn_data = super()._resolve_connection()
+            finally:
+                self._log = None  # LoggingMixin makes the real logger again on next use
+            conn_data["master"], conn_data["deploy_mode"] = LOCAL_MASTER, None
+            return conn_data
         try:
             self.get_connection(self._conn_id)
         except AirflowNotFoundException:
-            conn_data["master"] = LOCAL_MASTER
-            conn_data["deploy_mode"] = None
-        return conn_data
+            raise AirflowNotFoundException(
+                f"Spark connection {self._conn_id!r} does not exist, so there is no cluster to train on. Create "
+                f"it (host spark://<master>:7077, yarn or k8s://https://<api-server>), or, to train on this "
+                f"Airflow worker, one whose host is local[*] (e.g. AIRFLOW_CONN_{self._conn_id.upper()}="
+                f"'{{\"conn_type\": \"spark\", \"host\": \"local[*]\"}}'), or pass spark_conn_id=None."
+            ) from None
+        return super()._resolve_connection()
 
     @property
     def master(self) -> str:

@@ -60,8 +60,9 @@ class HorovodRunnerOperator(BaseOperator):
     :param np: ranks: ``> 0`` a Spark barrier stage; ``< 0`` subprocesses of the Spark driver
         (templated: ``"{{ params.np }}"`` is checked once rendered).
     :param op_kwargs: keyword arguments for the callable (templated).
-    :param spark_conn_id: Spark connection (master, deploy mode, conf). When it does not
-        exist, Spark ``local[*]`` is used and logged.
+    :param spark_conn_id: Spark connection (master, deploy mode): it must exist, and a missing
+        one is an error naming it (never a silent fallback). ``None`` trains on Spark ``local[*]``
+        on the Airflow worker, as does a connection whose host is ``local[*]``.
     :param horovod_conn_id: ``horovod`` connection: signing key, storage, launcher defaults.
     :param storage_path: where payloads, results, timelines and checkpoints go; any
         ObjectStoragePath URL (templated). Defaults to the connection's, then a local folder.
@@ -114,7 +115,7 @@ class HorovodRunnerOperator(BaseOperator):
     operator_extra_links = (SparkUILink(), HorovodTimelineLink(), CheckpointsLink())
 
     def __init__(self, *, python_callable: Callable[..., Any], np: int | str, op_kwargs: dict[str, Any] | None = None,
-                 spark_conn_id: str = "spark_default", horovod_conn_id: str = HorovodHook.default_conn_name,
+                 spark_conn_id: str | None = "spark_default", horovod_conn_id: str = HorovodHook.default_conn_name,
                  storage_path: str | None = None, timeline: bool | str = False,
                  checkpoint_path: str | None = None, resume_from_checkpoint: bool | str = False,
                  env: dict[str, str] | None = None, conf: dict[str, Any] | None = None,
@@ -163,6 +164,8 @@ class HorovodRunnerOperator(BaseOperator):
 
     def execute(self, context: Context) -> Any:
         ti = context["ti"]
+        # Where it will train, first: a Spark connection that does not exist fails before anything is written.
+        master = HorovodSparkSubmitHook(conn_id=self.spark_conn_id).master
         prefix = self.try_prefix(context)
         key = self.hook.signing_key()
 
@@ -195,7 +198,7 @@ class HorovodRunnerOperator(BaseOperator):
             if options.get("timeline_live_bytes", defaults.TIMELINE_LIVE_BYTES):
                 ti.xcom_push(key="timeline_live", value=live_view_location(str(timeline_path)))
 
-        self._submit_hook = self._make_submit_hook(key, args, rank_env, context)
+        self._submit_hook = self._make_submit_hook(key, args, rank_env, context, master)
         self.log.info("Submitting the Horovod application (np=%d) to Spark master %s", np,
                       self._submit_hook.master)
         try:
@@ -240,7 +243,7 @@ class HorovodRunnerOperator(BaseOperator):
         return options
 
     def _make_submit_hook(self, key: bytes, args: list[str], rank_env: dict[str, str],
-                          context: Context) -> HorovodSparkSubmitHook:
+                          context: Context, master: str) -> HorovodSparkSubmitHook:
         ti = context["ti"]
         # The whole conf is built before the hook: SparkSubmitHook keeps ``conf or {}``, so an
         # empty dict changed after it was handed over would never reach spark-submit.
@@ -257,7 +260,7 @@ class HorovodRunnerOperator(BaseOperator):
                 conf["spark.driver.extraJavaOptions"] = f"{existing} {option}".strip()
         env_vars = {spark_app.SIGNING_KEY_ENV: key.hex(), spark_app.RANK_ENV_ENV: json.dumps(rank_env),
                     "PYTHONUNBUFFERED": "1"}
-        if _trains_here() and HorovodSparkSubmitHook(conn_id=self.spark_conn_id).master.startswith("local"):
+        if _trains_here() and master.startswith("local"):
             # One environment for Airflow and training, on one machine: the Spark driver and its
             # workers use this interpreter unless told otherwise. Where the Airflow image has no
             # horovod, Spark's own settings choose (spark-defaults.conf, PYSPARK_PYTHON).
