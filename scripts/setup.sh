@@ -112,8 +112,8 @@ pip_q -c "$VENV/constraints.txt" -e ".[$extras]" || fail "pip could not install 
 
 case ",$extras," in *,test,*)
     step "check the test suite's system packages"
-    ensure_commands "PyPy 3.9 (a real worker Python older than 3.11, for the tests) is" \
-        "$("$PYTHON" scripts/versions.py apt_test)" pypy3
+    ensure_commands "PyPy 3.9 (a real worker Python older than 3.11, for the tests) or PostgreSQL (Airflow's metadata database in the tests) is" \
+        "$("$PYTHON" scripts/versions.py apt_test)" pypy3 pg_ctlcluster
     step "fetch the Compose Specification schema (tests/test_deploy.py validates docker/compose.yaml)"
     "$py" scripts/fetch_compose_schema.py >/dev/null \
         || echo "    could not fetch it (offline?): tests/test_deploy.py will say so; the rest of the set-up is fine"

@@ -1,12 +1,14 @@
 """The example DAGs under Airflow's own services (api-server, scheduler with LocalExecutor,
-dag-processor, triggerer as separate processes), driven through the REST API as a user does.
-Metadata on SQLite here; tests/airflow_services.py starts and stops them."""
+dag-processor, triggerer as separate processes) on PostgreSQL (Debian's server), driven through
+the REST API as a user does. tests/airflow_services.py and tests/postgres_server.py start and
+stop them."""
 
 import json
 import re
 from pathlib import Path
 
 from airflow_services import AirflowServices, cli, service_env
+from postgres_server import PostgresServer
 from test_airflow_layer import SPARK_LOG_LINE
 
 REPO = Path(__file__).resolve().parent.parent
@@ -18,12 +20,18 @@ def task_log_lines(home: Path, dag_id: str, run_id: str, task_id: str) -> list[s
     return [json.loads(line).get("event", "") for line in path.read_text().splitlines() if line.startswith("{")]
 
 
-def test_landing_data_starts_the_retraining_which_resumes_each_time(tmp_path, no_leftovers):
-    home = tmp_path / "airflow"
-    env = service_env(home, REPO / "dags", HVD_EXAMPLE_STORAGE=f"file://{tmp_path}/storage")
+def _migrated(env: dict) -> dict:
     cli(env, "db", "migrate")
     cli(env, "dags", "reserialize")
-    with AirflowServices(env, tmp_path / "service-logs") as airflow:
+    return env
+
+
+def test_landing_data_starts_the_retraining_which_resumes_each_time(tmp_path, no_leftovers):
+    home = tmp_path / "airflow"
+    with PostgresServer() as postgres, \
+            AirflowServices(_migrated(service_env(home, REPO / "dags", HVD_EXAMPLE_STORAGE=f"file://{tmp_path}/storage",
+                                                  AIRFLOW__DATABASE__SQL_ALCHEMY_CONN=postgres.url)),
+                            tmp_path / "service-logs") as airflow:
         airflow.api("PATCH", "/dags/hvd_scheduled_retraining", {"is_paused": False})
         # Scheduled on its data asset alone: nothing runs until data lands.
         assert airflow.api("GET", "/dags/hvd_scheduled_retraining/dagRuns")["total_entries"] == 0
@@ -44,6 +52,9 @@ def test_landing_data_starts_the_retraining_which_resumes_each_time(tmp_path, no
         runs = airflow.wait_for_runs("hvd_scheduled_retraining", 2, timeout=300)
         second = runs[-1]
         assert second["run_type"] == "asset_triggered" and second["state"] == "success", runs
+        # ... all of it kept in PostgreSQL.
+        assert postgres.query("SELECT count(*) FROM dag_run WHERE dag_id = 'hvd_scheduled_retraining' "
+                              "AND run_type = 'asset_triggered' AND state = 'success'") == "2"
 
     first_log = task_log_lines(home, "hvd_scheduled_retraining", first["dag_run_id"], "retrain")
     second_log = task_log_lines(home, "hvd_scheduled_retraining", second["dag_run_id"], "retrain")
