@@ -70,9 +70,11 @@ def test_a_real_tqdm_bar_reaches_the_log_while_it_runs(launcher, no_leftovers):
     assert not any("\r" in line for _, _, _, line in got)
     for rank in (0, 1):
         bar = [(t, line) for t, r, stream, line in got if r == rank and stream == "stderr" and line.startswith("train:")]
-        # tqdm redrew 60 times in about 3 s: the log got about one state a second, then the final one.
-        assert 2 <= len(bar) <= 6, bar
+        # tqdm redrew 60 times in about 3 s: the log got at most one state a second, then the final one
+        # (the bound follows the bar's own duration, so a slow machine cannot fail it) ...
+        shown_for = bar[-1][0] - bar[0][0]
+        assert 2 <= len(bar) <= shown_for + 2, bar
         assert "100%" in bar[-1][1] and "60/60" in bar[-1][1], bar
         # ... as the bar advanced, not in one burst at the end.
-        assert bar[-1][0] - bar[0][0] >= 1.5, bar
+        assert shown_for >= 1.5, bar
         assert any(r == rank and line == "bar done" for _, r, _, line in got)
