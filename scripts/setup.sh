@@ -108,7 +108,12 @@ step "install airflow-provider-hvd (editable) with extras $extras"
 # The package declares ranges; this project's environments take the exact versions CI proves
 # ([tool.airflow-provider-hvd.pins] in pyproject.toml), as pip constraints.
 "$PYTHON" scripts/versions.py constraints > "$VENV/constraints.txt"
-pip_q -c "$VENV/constraints.txt" -e ".[$extras]" || fail "pip could not install the package's dependencies (see pyproject.toml)"
+# uv resolves Airflow's few hundred requirements in seconds where pip took 3.5 minutes of CPU
+# (measured on a fresh venv); what is installed is the same. torch and horovod, installed above
+# (torch from this machine's local wheel when there is one), already satisfy their pins.
+pip_q "uv>=0.5" || fail "pip could not install uv"
+"$VENV/bin/uv" pip install -q -p "$py" -c "$VENV/constraints.txt" -e ".[$extras]" \
+    || fail "uv could not install the package's dependencies (see pyproject.toml)"
 
 case ",$extras," in *,test,*)
     step "check the test suite's system packages"
