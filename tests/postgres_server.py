@@ -2,7 +2,7 @@
 
 ``initdb`` into a fresh directory, listening on 127.0.0.1 at a free port only (and a socket in
 that directory), run as the ``postgres`` user because PostgreSQL refuses to run as root.
-Leaving the ``with`` block shuts it down (``pg_ctl stop -m fast``) and removes the directory:
+Leaving the ``with`` block shuts it down (SIGINT: a fast shutdown) and removes the directory:
 no process, no port, no file is left. scripts/setup.sh installs the package (``apt_test``).
 """
 
@@ -12,8 +12,10 @@ import glob
 import os
 import pwd
 import shutil
+import signal
 import subprocess
 import tempfile
+import time
 
 from airflow_services import free_port
 
@@ -32,6 +34,7 @@ class PostgresServer:
         self.user = user
         self.port = free_port()
         self.root = ""
+        self._server: subprocess.Popen | None = None
 
     def _as_user(self, *args: str, timeout: float = 120) -> str:
         command = [os.path.join(self.bindir, args[0]), *args[1:]]
@@ -66,9 +69,21 @@ class PostgresServer:
             os.chown(self.root, account.pw_uid, account.pw_gid)
         try:
             self._as_user("initdb", "-D", "data", "-U", "airflow", "--auth=trust", "-E", "UTF8", "--no-instructions")
-            self._as_user("pg_ctl", "-D", "data", "-l", "server.log", "-w", "-t", "60", "start", "-o",
-                          f"-c listen_addresses=127.0.0.1 -p {self.port} -k {self.root} -c fsync=off "
-                          "-c max_connections=200")
+            # The server runs as our child, not daemonised by pg_ctl: we stop it and reap it ourselves
+            # (a daemon's parent here is an init that leaves it a zombie).
+            command = [os.path.join(self.bindir, "postgres"), "-D", "data", "-c", "listen_addresses=127.0.0.1",
+                       "-p", str(self.port), "-k", self.root, "-c", "fsync=off", "-c", "max_connections=200"]
+            if os.geteuid() == 0:
+                command = ["runuser", "-u", self.user, "--", *command]
+            with open(os.path.join(self.root, "server.log"), "wb") as log:
+                self._server = subprocess.Popen(command, cwd=self.root, stdout=log, stderr=subprocess.STDOUT,
+                                                start_new_session=True)
+            deadline = time.monotonic() + 60
+            while subprocess.run([os.path.join(self.bindir, "pg_isready"), "-q", "-h", "127.0.0.1", "-p",
+                                  str(self.port)]).returncode != 0:
+                if self._server.poll() is not None or time.monotonic() > deadline:
+                    raise RuntimeError(f"PostgreSQL did not start: {self.log()[-3000:]}")
+                time.sleep(0.2)
             self._as_user("createdb", "-h", "127.0.0.1", "-p", str(self.port), "-U", "airflow", "airflow")
         except BaseException:
             self.stop()
@@ -79,6 +94,11 @@ class PostgresServer:
         self.stop()
 
     def stop(self) -> None:
-        if os.path.exists(os.path.join(self.root, "data", "postmaster.pid")):
-            self._as_user("pg_ctl", "-D", "data", "-m", "fast", "-w", "stop")
+        if self._server is not None and self._server.poll() is None:
+            os.killpg(self._server.pid, signal.SIGINT)  # PostgreSQL's "fast" shutdown
+            try:
+                self._server.wait(60)
+            except subprocess.TimeoutExpired:
+                os.killpg(self._server.pid, signal.SIGKILL)
+                self._server.wait()
         shutil.rmtree(self.root, ignore_errors=True)

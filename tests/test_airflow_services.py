@@ -56,6 +56,12 @@ def test_landing_data_starts_the_retraining_which_resumes_each_time(tmp_path, no
         assert postgres.query("SELECT count(*) FROM dag_run WHERE dag_id = 'hvd_scheduled_retraining' "
                               "AND run_type = 'asset_triggered' AND state = 'success'") == "2"
 
+    # Nothing of the deployment is left: no Airflow service (their process groups), no PostgreSQL.
+    import psutil
+
+    left = [p.info["cmdline"] for p in psutil.process_iter(["cmdline"])
+            if any(str(tmp_path) in part or postgres.root in part for part in (p.info["cmdline"] or []))]
+    assert not left, left
     first_log = task_log_lines(home, "hvd_scheduled_retraining", first["dag_run_id"], "retrain")
     second_log = task_log_lines(home, "hvd_scheduled_retraining", second["dag_run_id"], "retrain")
     assert any("training starts fresh" in line for line in first_log), first_log[-40:]
