@@ -105,3 +105,14 @@ def test_the_rsh_agent_reads_a_crash_from_the_shells_exit_code():
 
     assert (_signal_of(139), _signal_of(-11), _signal_of(134)) == ("SIGSEGV", "SIGSEGV", "SIGABRT")
     assert (_signal_of(0), _signal_of(1), _signal_of(70)) == (None, None, None)
+
+
+def test_daemons_that_never_started_keep_what_was_said_before_open_mpis_help_text():
+    from airflow_provider_hvd.runner.task.mpi_output import failure_report
+
+    said = ["rsh_agent: the barrier task on 127.0.0.3 went away",
+            "--------------------------------------------------------------------------",
+            "ORTE was unable to reliably start one or more daemons.",
+            "This usually is caused by:", *[f"help line {i}" for i in range(20)]]
+    report = failure_report(213, said, {}, mpirun_host="127.0.0.2")
+    assert "<mpirun> rsh_agent: the barrier task on 127.0.0.3 went away" in report["tail"]

@@ -181,7 +181,11 @@ def test_standalone_launch_stress(standalone, launcher, no_leftovers, fault):
             assert info.value.rank == bad
             outcomes["failed as asked"] += 1
         else:
-            assert runner.run(rf.allreduce_info, x=i)["rank0"]["sum"] == 3.0
+            first_line = len(lines)
+            try:
+                assert runner.run(rf.allreduce_info, x=i)["rank0"]["sum"] == 3.0
+            except Exception as exc:  # keep the evidence: everything this run said, mpirun's words included
+                raise AssertionError(f"run {i} failed: {exc}\n--- its log ---\n" + "\n".join(lines[first_line:])) from exc
             outcomes["succeeded"] += 1
         deadline = time.monotonic() + 15
         while [p for p in psutil.process_iter(["name"]) if p.info["name"] in ("orted", "mpirun")] and \

@@ -17,6 +17,7 @@ _EXITED = re.compile(r"Process name: \[\[\d+,\d+\],(\d+)\]\s*Exit code:\s*(\d+)"
 # Signals that mean a process crashed, as opposed to being stopped (TERM, INT) or killed (KILL:
 # our own stop, a lost executor, the OOM killer), which have messages of their own.
 CRASH_SIGNALS = frozenset({"SIGSEGV", "SIGBUS", "SIGABRT", "SIGFPE", "SIGILL", "SIGSYS", "SIGTRAP"})
+_DAEMONS_NOT_STARTED = "unable to reliably start one or more daemons"
 _DAEMON_DIED = re.compile(re.escape(DAEMON_DIED_MARKER) + r"(\{.*?\})\s*$", re.M)
 
 
@@ -83,8 +84,10 @@ def failure_report(returncode: int, mpirun_lines: list[str], rank_tails: dict[in
                       returncode=-int(signaled.group(3)), signal=signal.Signals(int(signaled.group(3))).name)
     elif exited:
         report.update(rank=int(exited.group(1)), returncode=int(exited.group(2)))
-    # Open MPI's own account of a crash (the daemon's backtrace, its help text) runs longer.
-    keep = 40 if "daemon" in report else 10
+    # Open MPI's own account of a crash (the daemon's backtrace, its help text) runs longer, and so
+    # does its account of daemons that never started: what the daemon or its launch said comes
+    # before a 20-line help text.
+    keep = 40 if "daemon" in report or _DAEMONS_NOT_STARTED in text else 10
     report["tail"] = list(rank_tails.get(report["rank"], [])) + [f"<mpirun> {line}" for line in mpirun_lines[-keep:]
                                                                  if not line.startswith(DAEMON_DIED_MARKER)]
     return report

@@ -16,7 +16,7 @@ from __future__ import annotations
 import codecs
 import os
 import re
-import select
+import selectors
 import time
 from typing import Callable, Iterable
 
@@ -102,11 +102,15 @@ def pump(stream, feed: Callable[[str], None], assemblers: Callable[[], Iterable[
     called, then every assembler shows what is left. Closes the stream."""
     fd = stream.fileno()
     decoder = codecs.getincrementaldecoder("utf-8")("replace")
+    # A selector (epoll), not select(): select() refuses descriptors above 1023, and a long-lived
+    # executor's Python worker may hold that many.
+    selector = selectors.DefaultSelector()
+    selector.register(fd, selectors.EVENT_READ)
     try:
         while True:
             dues = [due for a in assemblers() if (due := a.due()) is not None]
             timeout = max(0.0, min(dues) - time.monotonic()) if dues else None
-            ready, _, _ = select.select([fd], [], [], timeout)
+            ready = selector.select(timeout)
             if ready:
                 chunk = os.read(fd, _READ_SIZE)
                 if not chunk:
@@ -120,4 +124,5 @@ def pump(stream, feed: Callable[[str], None], assemblers: Callable[[], Iterable[
             for assembler in assemblers():
                 assembler.tick()
     finally:
+        selector.close()
         stream.close()
