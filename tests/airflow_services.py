@@ -20,6 +20,8 @@ import urllib.error
 import urllib.request
 from pathlib import Path
 
+from conftest import LOCAL_SPARK_CONNECTION
+
 AIRFLOW = str(Path(sys.executable).parent / "airflow")
 SERVICES = ("api-server", "scheduler", "dag-processor", "triggerer")
 
@@ -43,7 +45,7 @@ def service_env(home: Path, dags_folder: Path, **extra: str) -> dict[str, str]:
            "AIRFLOW__LOGGING__WORKER_LOG_SERVER_PORT": str(free_port()),
            "AIRFLOW__LOGGING__TRIGGER_LOG_SERVER_PORT": str(free_port()),
            "AIRFLOW__SCHEDULER__SCHEDULER_HEARTBEAT_SEC": "1",
-           "AIRFLOW_CONN_SPARK_DEFAULT": '{"conn_type": "spark", "host": "local[*]"}',
+           "AIRFLOW_CONN_SPARK_DEFAULT": LOCAL_SPARK_CONNECTION,
            "AIRFLOW__DAG_PROCESSOR__REFRESH_INTERVAL": "5",
            **extra}
     return env

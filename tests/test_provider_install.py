@@ -19,7 +19,7 @@ import tomllib
 from pathlib import Path
 
 import pytest
-from conftest import assert_no_run_processes, user_env
+from conftest import LOCAL_SPARK_CONNECTION, assert_no_run_processes, user_env
 
 REPO = Path(__file__).resolve().parent.parent
 UV = Path(sys.executable).parent / "uv"
@@ -90,7 +90,7 @@ def test_the_provider_in_an_airflow_without_the_training_stack(which, wheel, tmp
         "site-packages" / "pyspark"
     env = user_env(AIRFLOW_HOME=str(home), AIRFLOW__CORE__DAGS_FOLDER=str(REPO / "dags"),
                    AIRFLOW__CORE__LOAD_EXAMPLES="False", HVD_EXAMPLE_STORAGE=f"file://{storage}",
-                   AIRFLOW_CONN_SPARK_DEFAULT='{"conn_type": "spark", "host": "local[*]"}',
+                   AIRFLOW_CONN_SPARK_DEFAULT=LOCAL_SPARK_CONNECTION,
                    SPARK_HOME=str(spark_home), SPARK_CONF_DIR=str(spark_conf),
                    PATH=f"{spark_home / 'bin'}:{venv / 'bin'}:/usr/bin:/bin")
     airflow = venv / "bin" / "airflow"
