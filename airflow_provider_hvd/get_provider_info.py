@@ -6,14 +6,20 @@ from airflow_provider_hvd import __version__
 
 
 # The ``horovod`` connection's form, read by Airflow's UI without importing the hook (Airflow >= 3.2).
-# The extra fields are the settings HorovodHook.setting() reads, and only those: storage_path and
-# every runner option of runner/defaults.OPTIONS (tested).
+# The extra fields are the settings HorovodHook.setting() reads, and only those: storage_path,
+# kubernetes_secret and every runner option of runner/defaults.OPTIONS (tested).
 CONN_FIELDS = {
     "storage_path": {
         "label": "Storage path",
         "description": "Where payloads, results, timelines and checkpoints go: any ObjectStoragePath URL "
                        "(s3://conn_id@bucket/prefix, file:///shared/...). Default: the operator's storage_path, "
                        "else file:///tmp/airflow-provider-hvd.",
+        "schema": {"type": ["string", "null"]},
+    },
+    "kubernetes_secret": {
+        "label": "Kubernetes Secret with the key",
+        "description": "For deploy mode cluster on Kubernetes: <secret name>:<key> of a Secret in the driver's "
+                       "namespace that holds this connection's signing key (hex).",
         "schema": {"type": ["string", "null"]},
     },
     "launcher": {

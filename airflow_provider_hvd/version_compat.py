@@ -15,4 +15,9 @@ except ImportError:  # Airflow 3.0
     from airflow.exceptions import AirflowException, AirflowNotFoundException  # type: ignore[no-redef]
     from airflow.hooks.base import BaseHook  # type: ignore[no-redef]
 
-__all__ = ["AirflowException", "AirflowNotFoundException", "BaseHook", "conf"]
+try:  # Airflow >= 3.1
+    from airflow.sdk.log import mask_secret
+except ImportError:  # Airflow 3.0
+    from airflow.sdk.execution_time.secrets_masker import mask_secret  # type: ignore[no-redef]
+
+__all__ = ["AirflowException", "AirflowNotFoundException", "BaseHook", "conf", "mask_secret"]

@@ -13,7 +13,7 @@ from airflow.sdk import ObjectStoragePath
 from airflow_provider_hvd.get_provider_info import CONN_FIELDS, UI_FIELD_BEHAVIOUR
 from airflow_provider_hvd.runner.errors import PayloadError
 from airflow_provider_hvd.runner.spark_app import APPLICATION_MARKER
-from airflow_provider_hvd.version_compat import AirflowNotFoundException, BaseHook
+from airflow_provider_hvd.version_compat import AirflowNotFoundException, BaseHook, mask_secret
 
 DEFAULT_STORAGE = "file:///tmp/airflow-provider-hvd"
 LOCAL_MASTER = "local[*]"
@@ -24,8 +24,9 @@ class HorovodHook(BaseHook):
 
     Connection fields: *Host* unused; *Password*: the signing key (hex, 32 bytes or
     more; when empty a fresh key is made for each run); *Extra* (JSON):
-    ``storage_path`` (any ObjectStoragePath URL), ``launcher`` (``auto``/``gloo``),
-    ``driver_log_verbosity``, ``max_restarts``. A missing connection means defaults: per-run keys and
+    ``storage_path`` (any ObjectStoragePath URL), ``kubernetes_secret`` (``<name>:<key>``, the
+    Kubernetes Secret holding the signing key, for cluster mode on Kubernetes), and every
+    HorovodRunner option (``launcher``, ``driver_log_verbosity``, ``max_restarts``, ...). A missing connection means defaults: per-run keys and
     the operator's own ``storage_path``.
 
     :param horovod_conn_id: the connection id (default ``horovod_default``).
@@ -58,7 +59,13 @@ class HorovodHook(BaseHook):
         return self._settings
 
     def signing_key(self) -> bytes:
-        """The connection's key, or a fresh per-run key. Never logged."""
+        """The connection's key, or a fresh per-run key. Registered with Airflow's secrets masker, so
+        a log line that happens to carry it (a library echoing its environment) shows ``***``."""
+        key = self._signing_key()
+        mask_secret(key.hex())
+        return key
+
+    def _signing_key(self) -> bytes:
         key_hex = self.get_conn().get("signing_key")
         if not key_hex:
             return secrets.token_bytes(32)
@@ -188,7 +195,7 @@ class HorovodSparkSubmitHook(SparkSubmitHook):
                 conn_data = super()._resolve_connection()
             finally:
                 self._log = None  # LoggingMixin makes the real logger again on next use
-            conn_data["master"], conn_data["deploy_mode"] = LOCAL_MASTER, None
+            conn_data["master"], conn_data["deploy_mode"] = LOCAL_MASTER, self._deploy_mode
             return conn_data
         try:
             self.get_connection(self._conn_id)
@@ -204,3 +211,8 @@ class HorovodSparkSubmitHook(SparkSubmitHook):
     @property
     def master(self) -> str:
         return self._connection["master"]
+
+    @property
+    def deploy_mode(self) -> str | None:
+        """The operator's ``deploy_mode``, else the connection's ``deploy-mode`` extra (None: client)."""
+        return self._connection["deploy_mode"]

@@ -25,6 +25,7 @@ from airflow_provider_hvd.runner.checkpoint import (
 from airflow_provider_hvd.runner.driver.timeline_publisher import live_view_location
 from airflow_provider_hvd.runner.errors import PayloadError
 from airflow_provider_hvd.runner.wire import payload
+from airflow_provider_hvd.utils import driver_delivery
 from airflow_provider_hvd.version_compat import AirflowException
 
 
@@ -63,6 +64,10 @@ class HorovodRunnerOperator(BaseOperator):
     :param spark_conn_id: Spark connection (master, deploy mode): it must exist, and a missing
         one is an error naming it (never a silent fallback). ``None`` trains on Spark ``local[*]``
         on the Airflow worker, as does a connection whose host is ``local[*]``.
+    :param deploy_mode: ``client`` (the Spark driver runs on the Airflow worker) or ``cluster``
+        (on the cluster: YARN and Kubernetes); default: the Spark connection's ``deploy-mode``
+        extra, else ``client``. The signing key reaches the driver in either without a command
+        line or a Spark property (utils/driver_delivery.py).
     :param horovod_conn_id: ``horovod`` connection: signing key, storage, launcher defaults.
     :param storage_path: where payloads, results, timelines and checkpoints go; any
         ObjectStoragePath URL (templated). Defaults to the connection's, then a local folder.
@@ -115,7 +120,8 @@ class HorovodRunnerOperator(BaseOperator):
     operator_extra_links = (SparkUILink(), HorovodTimelineLink(), CheckpointsLink())
 
     def __init__(self, *, python_callable: Callable[..., Any], np: int | str, op_kwargs: dict[str, Any] | None = None,
-                 spark_conn_id: str | None = "spark_default", horovod_conn_id: str = HorovodHook.default_conn_name,
+                 spark_conn_id: str | None = "spark_default", deploy_mode: str | None = None,
+                 horovod_conn_id: str = HorovodHook.default_conn_name,
                  storage_path: str | None = None, timeline: bool | str = False,
                  checkpoint_path: str | None = None, resume_from_checkpoint: bool | str = False,
                  env: dict[str, str] | None = None, conf: dict[str, Any] | None = None,
@@ -133,6 +139,9 @@ class HorovodRunnerOperator(BaseOperator):
         self.np = np if _is_template(np) else defaults.parse_np(np)
         self.op_kwargs = op_kwargs or {}
         self.spark_conn_id = spark_conn_id
+        if deploy_mode is not None and deploy_mode not in driver_delivery.DEPLOY_MODES:
+            raise ValueError(f"deploy_mode {deploy_mode!r} is not one of {', '.join(driver_delivery.DEPLOY_MODES)}")
+        self.deploy_mode = deploy_mode
         self.horovod_conn_id = horovod_conn_id
         self.storage_path = storage_path
         self.timeline = timeline
@@ -164,8 +173,13 @@ class HorovodRunnerOperator(BaseOperator):
 
     def execute(self, context: Context) -> Any:
         ti = context["ti"]
-        # Where it will train, first: a Spark connection that does not exist fails before anything is written.
-        master = HorovodSparkSubmitHook(conn_id=self.spark_conn_id).master
+        # Where and how it will train, first: a Spark connection that does not exist, or a deploy mode
+        # the key cannot reach, fails before anything is written.
+        where = HorovodSparkSubmitHook(conn_id=self.spark_conn_id, deploy_mode=self.deploy_mode)
+        master = where.master
+        kubernetes_secret = self.hook.setting("kubernetes_secret", None)
+        deploy_mode = driver_delivery.check(master, where.deploy_mode, connection_key=self.hook.has_signing_key(),
+                                            kubernetes_secret=kubernetes_secret)
         prefix = self.try_prefix(context)
         key = self.hook.signing_key()
 
@@ -198,13 +212,22 @@ class HorovodRunnerOperator(BaseOperator):
             if options.get("timeline_live_bytes", defaults.TIMELINE_LIVE_BYTES):
                 ti.xcom_push(key="timeline_live", value=live_view_location(str(timeline_path)))
 
-        self._submit_hook = self._make_submit_hook(key, args, rank_env, context, master)
-        self.log.info("Submitting the Horovod application (np=%d) to Spark master %s", np,
-                      self._submit_hook.master)
-        try:
-            self._submit_hook.submit(application=os.path.abspath(spark_app.__file__))
-        except AirflowException as exc:
-            raise AirflowException(self._failure_message(result_path) or str(exc)) from exc
+        driver_env = {spark_app.RANK_ENV_ENV: json.dumps(rank_env), "PYTHONUNBUFFERED": "1"}
+        if _trains_here() and master.startswith("local"):
+            # One environment for Airflow and training, on one machine: the driver finds this
+            # interpreter's tools (mpirun's helpers, horovodrun) first.
+            driver_env["PATH"] = os.path.dirname(sys.executable) + os.pathsep + os.environ.get("PATH", "")
+        with driver_delivery.key_file(key) as key_path:
+            delivery = driver_delivery.plan(master, deploy_mode, key_path=key_path, driver_env=driver_env,
+                                            kubernetes_secret=kubernetes_secret)
+            self._submit_hook = self._make_submit_hook(args, delivery, context, master, deploy_mode)
+            self.log.info("Submitting the Horovod application (np=%d) to Spark master %s, deploy mode %s", np,
+                          self._submit_hook.master, deploy_mode)
+            try:
+                self._submit_hook.submit(application=os.path.abspath(spark_app.__file__),
+                                         env=driver_delivery.submit_environment(key, delivery))
+            except AirflowException as exc:
+                raise AirflowException(self._failure_message(result_path) or str(exc)) from exc
         return self._read_result(result_path, key)
 
     def _publish_link(self, ti: Any, link: type, url: str) -> None:
@@ -242,12 +265,12 @@ class HorovodRunnerOperator(BaseOperator):
             options[name] = list(parsed) if isinstance(parsed, tuple) else parsed
         return options
 
-    def _make_submit_hook(self, key: bytes, args: list[str], rank_env: dict[str, str],
-                          context: Context, master: str) -> HorovodSparkSubmitHook:
+    def _make_submit_hook(self, args: list[str], delivery: driver_delivery.DriverDelivery, context: Context,
+                          master: str, deploy_mode: str) -> HorovodSparkSubmitHook:
         ti = context["ti"]
         # The whole conf is built before the hook: SparkSubmitHook keeps ``conf or {}``, so an
         # empty dict changed after it was handed over would never reach spark-submit.
-        conf = dict(self.conf)
+        conf = {**self.conf, **delivery.conf}
         # Spark's INFO chatter would bury the ranks' lines in the task log. spark.log.level applies
         # only once the SparkContext exists, so the driver's JVM also starts with our log4j2
         # configuration (WARN, plus the line with the Spark UI's address). The one switch back:
@@ -258,22 +281,17 @@ class HorovodRunnerOperator(BaseOperator):
             existing = str(conf.get("spark.driver.extraJavaOptions", ""))
             if "log4j2.configurationFile" not in existing:  # the user's own configuration wins
                 conf["spark.driver.extraJavaOptions"] = f"{existing} {option}".strip()
-        env_vars = {spark_app.SIGNING_KEY_ENV: key.hex(), spark_app.RANK_ENV_ENV: json.dumps(rank_env),
-                    "PYTHONUNBUFFERED": "1"}
-        if _trains_here() and master.startswith("local"):
+        if _trains_here() and master.startswith("local") and not os.environ.get("PYSPARK_PYTHON"):
             # One environment for Airflow and training, on one machine: the Spark driver and its
             # workers use this interpreter unless told otherwise. Where the Airflow image has no
             # horovod, Spark's own settings choose (spark-defaults.conf, PYSPARK_PYTHON).
-            if not os.environ.get("PYSPARK_PYTHON"):
-                conf.setdefault("spark.pyspark.python", sys.executable)
-            env_vars["PATH"] = os.path.dirname(sys.executable) + os.pathsep + os.environ.get("PATH", "")
+            conf.setdefault("spark.pyspark.python", sys.executable)
+        # No env_vars: the Spark provider puts them on the command line for YARN and Kubernetes;
+        # the driver's environment comes from ``delivery`` (conf, files, spark-submit's env).
         return HorovodSparkSubmitHook(
-            conn_id=self.spark_conn_id, conf=conf, name=f"horovod-{ti.dag_id}-{ti.task_id}",
-            on_application=lambda info: self._on_application(ti, info),
-            application_args=args,
-            # The key and the ranks' environment travel in spark-submit's environment, never on
-            # its command line (which the Spark provider logs).
-            env_vars=env_vars)
+            conn_id=self.spark_conn_id, deploy_mode=deploy_mode, conf=conf,
+            name=f"horovod-{ti.dag_id}-{ti.task_id}", on_application=lambda info: self._on_application(ti, info),
+            application_args=args, files=",".join(delivery.files) or None)
 
     def _resume_from(self, context: Context) -> str | None:
         wanted = self.resume_from_checkpoint

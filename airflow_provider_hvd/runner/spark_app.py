@@ -5,13 +5,15 @@
 ``--options``: HorovodRunner's options (defaults.OPTIONS) as a JSON object; each is checked
 here as it is in the operator, and one left out takes its default.
 
-No Airflow import: it runs wherever spark-submit puts the driver. The signing
-key (HVD_SIGNING_KEY, hex) and the ranks' extra environment (HVD_RANK_ENV_JSON)
-arrive in the environment, never on the command line,
-and is removed from the environment before any user code runs. The payload is
-verified with it before it is unpickled; rank 0's value is sealed with it and
-written atomically to --result (as JSON when it is JSON, else as a pickle: results.py). A failure is written to ``<result>.error.json``
-so the operator can raise the runner's own message, not spark-submit's exit code.
+No Airflow import: it runs wherever spark-submit puts the driver. The signing key
+never arrives on the command line: a file named by HVD_SIGNING_KEY_FILE (read, then
+deleted) or, from a Kubernetes Secret, HVD_SIGNING_KEY (hex); utils/driver_delivery.py
+says which mode uses which. Both names leave the environment before any user code
+runs, as does the ranks' extra environment (HVD_RANK_ENV_JSON). The payload is
+verified with the key before it is unpickled; rank 0's value is sealed with it and
+written atomically to --result (as JSON when it is JSON, else as a pickle: results.py).
+A failure is written to ``<result>.error.json`` so the operator can raise the
+runner's own message, not spark-submit's exit code.
 """
 
 from __future__ import annotations
@@ -25,8 +27,10 @@ import sys
 import traceback
 
 from airflow_provider_hvd.runner import defaults
+from airflow_provider_hvd.runner.errors import PayloadError
 
 SIGNING_KEY_ENV = "HVD_SIGNING_KEY"
+SIGNING_KEY_FILE_ENV = "HVD_SIGNING_KEY_FILE"
 # Spark's log4j2 configuration for this application: WARN from the JVM's first line (the file says why).
 LOG4J2_CONFIG = os.path.join(os.path.dirname(os.path.abspath(__file__)), "spark_log4j2.properties")
 RANK_ENV_ENV = "HVD_RANK_ENV_JSON"
@@ -47,6 +51,29 @@ def announce_application(spark) -> None:
     sc = spark.sparkContext
     print(APPLICATION_MARKER + json.dumps({"application_id": sc.applicationId, "spark_ui": sc.uiWebUrl}),
           flush=True)
+
+
+def take_signing_key() -> bytes:
+    """The signing key, taken out of the environment (and its file deleted) so no user code finds it."""
+    path = os.environ.pop(SIGNING_KEY_FILE_ENV, None)
+    key_hex = os.environ.pop(SIGNING_KEY_ENV, None)
+    if path:
+        try:
+            with open(path) as f:
+                key_hex = f.read()
+        except OSError as exc:
+            raise PayloadError(f"cannot read the signing key from {path} ({SIGNING_KEY_FILE_ENV}): {exc}") from None
+        try:
+            os.unlink(path)  # one use; on YARN this is the container's link to the localised copy
+        except OSError:
+            pass
+    if not key_hex:
+        raise PayloadError(f"neither {SIGNING_KEY_FILE_ENV} nor {SIGNING_KEY_ENV} is set: this application only "
+                           "runs payloads signed by HorovodRunnerOperator, which hands it the key")
+    try:
+        return bytes.fromhex(key_hex.strip())
+    except ValueError:
+        raise PayloadError("the signing key handed to this application is not hex") from None
 
 
 def parse_args(argv: list[str]) -> argparse.Namespace:
@@ -89,11 +116,7 @@ def main(argv: list[str] | None = None) -> int:
     error_url = args.result + ".error.json"
     spark = None
     try:
-        key_hex = os.environ.pop(SIGNING_KEY_ENV, None)
-        if not key_hex:
-            raise payload.PayloadError(f"{SIGNING_KEY_ENV} is not set: this application only runs payloads "
-                                       "signed by HorovodRunnerOperator")
-        key = bytes.fromhex(key_hex)
+        key = take_signing_key()
         rank_env = json.loads(os.environ.pop(RANK_ENV_ENV, "{}"))
         fs, path = fs_and_path(args.payload)
         with fs.open(path, "rb") as f:

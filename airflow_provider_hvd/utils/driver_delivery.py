@@ -1,0 +1,134 @@
+"""How the signing key and the driver's environment reach the Spark driver, per master and deploy mode.
+
+The key signs the payload the driver unpickles, so whoever holds it can run code on the cluster.
+It never goes on spark-submit's command line (``/proc/<pid>/cmdline`` shows that to every user of
+the host, and the Spark provider logs it), nor into a Spark property (the event log and the UI's
+environment page record those):
+
+- **client mode, any master** (``local[*]``, ``spark://``, ``yarn``, ``k8s://``): the driver is
+  spark-submit's child on the Airflow worker. The key is written to a file only this user can read,
+  in a folder of its own; spark-submit's environment names the file (``HVD_SIGNING_KEY_FILE``); the
+  driver reads it and deletes it before any user code runs, and the operator removes the folder when
+  spark-submit ends, whatever happened. A one-time exchange: the path outlives the key.
+- **YARN cluster mode**: the same file travels with ``--files`` (YARN's distributed cache, through
+  the application's staging directory, private to its user and removed when the application ends)
+  under the name ``hvd-signing-key``; ``spark.yarn.appMasterEnv.HVD_SIGNING_KEY_FILE`` names it.
+- **Kubernetes cluster mode**: the driver pod takes the key from a Kubernetes Secret
+  (``spark.kubernetes.driver.secretKeyRef.HVD_SIGNING_KEY=<secret>:<key>``), named by the ``horovod``
+  connection's ``kubernetes_secret`` field; that Secret holds the connection's signing key. A key
+  made for one run cannot get there without a command line or a pod spec, so this mode needs one.
+- **standalone cluster mode** is refused: spark-submit does not run Python applications there.
+
+The driver's other environment (the ranks' extra environment, unbuffered output) goes the way each
+mode has for it: spark-submit's environment in client mode, ``spark.yarn.appMasterEnv.*`` or
+``spark.kubernetes.driverEnv.*`` in cluster mode. Never through the Spark provider's ``env_vars``,
+which puts them on the command line for YARN and Kubernetes even in client mode.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+
+from airflow_provider_hvd.runner.spark_app import SIGNING_KEY_ENV, SIGNING_KEY_FILE_ENV
+
+DEPLOY_MODES = ("client", "cluster")
+# The key file's name in a YARN container's working directory.
+YARN_KEY_NAME = "hvd-signing-key"
+
+
+@dataclass
+class DriverDelivery:
+    """What to add to spark-submit: Spark properties, ``--files`` entries and spark-submit's environment."""
+
+    conf: dict[str, str] = field(default_factory=dict)
+    files: list[str] = field(default_factory=list)
+    submit_env: dict[str, str] = field(default_factory=dict)
+
+
+def cluster_kind(master: str) -> str:
+    if master.startswith("local"):
+        return "local"
+    if master.startswith("yarn"):
+        return "yarn"
+    if master.startswith("k8s://"):
+        return "kubernetes"
+    if master.startswith("spark://"):
+        return "standalone"
+    raise ValueError(f"Spark master {master!r} is not one HorovodRunnerOperator submits to: use local[...], "
+                     "spark://host:port, yarn or k8s://https://<api-server>")
+
+
+def check(master: str, deploy_mode: str | None, *, connection_key: bool, kubernetes_secret: str | None) -> str:
+    """The deploy mode to use ("client" or "cluster"), or a ValueError saying what to change; called
+    before anything is written or submitted."""
+    mode = deploy_mode or "client"
+    if mode not in DEPLOY_MODES:
+        raise ValueError(f"deploy_mode {deploy_mode!r} is not one of {', '.join(DEPLOY_MODES)}")
+    kind = cluster_kind(master)
+    if mode == "client":
+        return mode
+    if kind == "local":
+        raise ValueError(f"deploy_mode 'cluster' needs a cluster, and the Spark master is {master!r}: use "
+                         "deploy_mode 'client' (the default) for local Spark")
+    if kind == "standalone":
+        raise ValueError(f"deploy_mode 'cluster' on a standalone master ({master}): spark-submit does not run "
+                         "Python applications in standalone cluster mode. Use deploy_mode 'client' (the driver "
+                         "runs on the Airflow worker).")
+    if kind == "kubernetes":
+        if not connection_key:
+            raise ValueError("deploy_mode 'cluster' on Kubernetes needs the horovod connection's signing key (its "
+                             "password) and a Kubernetes Secret holding the same key: a key made for one run "
+                             "cannot reach the driver pod without a command line. Set the password, create the "
+                             "Secret (kubectl create secret generic hvd-signing-key --from-literal=key=<hex>) and "
+                             "set the connection's kubernetes_secret field to hvd-signing-key:key.")
+        if not kubernetes_secret or ":" not in kubernetes_secret:
+            raise ValueError(f"deploy_mode 'cluster' on Kubernetes takes the signing key from a Kubernetes Secret: "
+                             f"set the horovod connection's kubernetes_secret field to <secret name>:<key> (got "
+                             f"{kubernetes_secret!r})")
+    return mode
+
+
+@contextmanager
+def key_file(key: bytes) -> Iterator[str]:
+    """The key, hex, in a file only this user can read, inside a folder of its own; both gone on exit."""
+    folder = tempfile.mkdtemp(prefix="hvd-key-")  # mode 0700
+    try:
+        path = os.path.join(folder, YARN_KEY_NAME)
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        with os.fdopen(fd, "w") as f:
+            f.write(key.hex())
+        yield path
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
+
+
+def submit_environment(key: bytes, delivery: DriverDelivery) -> dict[str, str]:
+    """spark-submit's environment: this process's, less every variable that carries the key (the
+    ``horovod`` connection given as an ``AIRFLOW_CONN_*`` variable would otherwise reach the driver,
+    local executors and ranks), plus the delivery's."""
+    key_hex = key.hex()
+    kept = {name: value for name, value in os.environ.items()
+            if key_hex not in value.lower() and key_hex not in name.lower()}
+    return {**kept, **delivery.submit_env}
+
+
+def plan(master: str, deploy_mode: str, *, key_path: str, driver_env: dict[str, str],
+         kubernetes_secret: str | None = None) -> DriverDelivery:
+    """The delivery for a checked (``check``) master and deploy mode."""
+    kind = cluster_kind(master)
+    if deploy_mode == "client":
+        return DriverDelivery(submit_env={**driver_env, SIGNING_KEY_FILE_ENV: key_path})
+    if kind == "yarn":
+        conf = {f"spark.yarn.appMasterEnv.{name}": value for name, value in driver_env.items()}
+        conf[f"spark.yarn.appMasterEnv.{SIGNING_KEY_FILE_ENV}"] = YARN_KEY_NAME
+        return DriverDelivery(conf=conf, files=[f"{key_path}#{YARN_KEY_NAME}"])
+    if kind == "kubernetes":
+        conf = {f"spark.kubernetes.driverEnv.{name}": value for name, value in driver_env.items()}
+        conf[f"spark.kubernetes.driver.secretKeyRef.{SIGNING_KEY_ENV}"] = str(kubernetes_secret)
+        return DriverDelivery(conf=conf)
+    raise ValueError(f"no cluster-mode delivery for {master!r}: call check() first")

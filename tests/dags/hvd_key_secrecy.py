@@ -1,0 +1,46 @@
+"""Test DAG: a short training whose signing key must show up in no command line, environment, log,
+event log or Spark UI (tests/test_key_secrecy.py); also submitted to YARN (tests/test_deploy_modes.py)."""
+
+from __future__ import annotations
+
+import os
+
+import pendulum
+from airflow.sdk import dag
+
+from airflow_provider_hvd.operators.horovod_runner import HorovodRunnerOperator
+
+
+def allreduce_for_a_while(marker_dir, seconds=6.0):
+    import os
+    import pathlib
+    import time
+
+    import horovod.torch as hvd
+    import torch
+
+    hvd.init()
+    pathlib.Path(marker_dir, f"rank-{hvd.rank()}.pid").write_text(str(os.getpid()))
+    steps, end = 0, time.monotonic() + seconds
+    while time.monotonic() < end:  # long enough for the test to read every process and the Spark UI
+        hvd.allreduce(torch.ones(4), op=hvd.Sum)
+        steps += 1
+        time.sleep(0.1)
+    print(f"rank {hvd.rank()} did {steps} steps", flush=True)
+    return {"size": hvd.size(), "steps": steps}
+
+
+@dag(schedule=None, start_date=pendulum.datetime(2026, 1, 1, tz="UTC"), catchup=False)
+def hvd_key_secrecy():
+    HorovodRunnerOperator(
+        task_id="train", python_callable=allreduce_for_a_while, np=2,
+        op_kwargs={"marker_dir": os.environ.get("HVD_TEST_MARKERS", "/tmp")},
+        spark_conn_id=os.environ.get("HVD_TEST_SPARK_CONN", "spark_default"),
+        deploy_mode=os.environ.get("HVD_TEST_DEPLOY_MODE") or None,
+        # Spark's own records of the run, searched for the key afterwards.
+        # Uncompressed, so that a search can find the key if it were there.
+        conf={"spark.eventLog.enabled": "true", "spark.eventLog.compress": "false",
+              "spark.eventLog.dir": os.environ.get("HVD_TEST_EVENT_LOG", "file:///tmp/spark-events")})
+
+
+hvd_key_secrecy()

@@ -1,0 +1,153 @@
+"""Where the Spark driver runs (deploy mode) and how the signing key gets there, for every master.
+
+No YARN or Kubernetes runs here. For YARN, `airflow tasks test` runs the real operator and the real
+Spark provider hook against a yarn connection, with a stand-in `spark-submit` first on PATH that
+records its arguments, its environment and the key file it was pointed to, then fails as a
+submission to an unreachable ResourceManager would. Kubernetes needs the cncf.kubernetes provider
+for the hook, so its delivery is checked at the plan the operator hands the hook.
+"""
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parent.parent
+AIRFLOW = str(Path(sys.executable).parent / "airflow")
+
+# Stands in for spark-submit on a YARN client machine: records what it was given, then fails.
+STAND_IN_SPARK_SUBMIT = """#!{python}
+import json, os, sys
+args = sys.argv[1:]
+files = args[args.index("--files") + 1] if "--files" in args else None
+key_file = os.environ.get("HVD_SIGNING_KEY_FILE") or (files.split("#")[0] if files else None)
+record = {{"argv": args, "env": {{k: v for k, v in os.environ.items() if k.startswith(("HVD_", "PYTHON"))}},
+          "key_file": key_file, "key_file_mode": oct(os.stat(key_file).st_mode & 0o777) if key_file else None,
+          "key_folder_mode": oct(os.stat(os.path.dirname(key_file)).st_mode & 0o777) if key_file else None,
+          "key": open(key_file).read() if key_file else None}}
+with open(os.environ["HVD_TEST_RECORD"], "w") as f:
+    json.dump(record, f)
+print("stand-in spark-submit: no YARN ResourceManager here", flush=True)
+sys.exit(1)
+"""
+
+
+def submit_to_stand_in(airflow, tmp_path, spark_conn: dict, deploy_mode: str = "") -> tuple[dict, str, str]:
+    """`airflow tasks test` of the training task; returns (what spark-submit got, the task's output, the key)."""
+    from airflow_provider_hvd.runner.wire import payload
+
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    stand_in = bin_dir / "spark-submit"
+    stand_in.write_text(STAND_IN_SPARK_SUBMIT.format(python=sys.executable))
+    stand_in.chmod(0o755)
+    key_hex = payload.new_secret().hex()
+    record = tmp_path / "spark-submit.json"
+    env = {**airflow["env"], "AIRFLOW__CORE__DAGS_FOLDER": str(REPO / "tests" / "dags"),
+           "AIRFLOW_CONN_HOROVOD_DEFAULT": json.dumps({"conn_type": "horovod", "password": key_hex,
+                                                       "extra": {"storage_path": f"file://{tmp_path}/storage"}}),
+           "AIRFLOW_CONN_SPARK_TEST": json.dumps(spark_conn), "HVD_TEST_SPARK_CONN": "spark_test",
+           "HVD_TEST_DEPLOY_MODE": deploy_mode, "HVD_TEST_RECORD": str(record),
+           "PATH": f"{bin_dir}{os.pathsep}{os.environ['PATH']}"}
+    done = subprocess.run([AIRFLOW, "tasks", "test", "hvd_key_secrecy", "train"], env=env, capture_output=True,
+                          text=True, timeout=300)
+    out = done.stdout + done.stderr
+    assert record.exists(), out[-4000:]
+    return json.loads(record.read_text()), out, key_hex
+
+
+def conf_of(argv: list[str]) -> dict[str, str]:
+    pairs = [argv[i + 1] for i, arg in enumerate(argv) if arg == "--conf"]
+    return dict(pair.split("=", 1) for pair in pairs)
+
+
+def test_yarn_client_mode_hands_the_key_to_the_driver_in_a_file_named_in_spark_submits_environment(
+        airflow, tmp_path):
+    got, out, key_hex = submit_to_stand_in(airflow, tmp_path, {"conn_type": "spark", "host": "yarn"})
+    argv = got["argv"]
+    assert argv[argv.index("--master") + 1] == "yarn"
+    assert "--deploy-mode" in argv and argv[argv.index("--deploy-mode") + 1] == "client"
+    assert key_hex not in " ".join(argv).lower() and key_hex not in out.lower()
+    # The driver (spark-submit's child in client mode) finds the key in a file only this user reads.
+    assert got["key"] == key_hex and got["key_file_mode"] == "0o600" and got["key_folder_mode"] == "0o700"
+    assert got["env"]["HVD_SIGNING_KEY_FILE"] == got["key_file"]
+    assert json.loads(got["env"]["HVD_RANK_ENV_JSON"])["HVD_CHECKPOINT_DIR"].endswith("/checkpoints")
+    # Not through the Spark provider's env_vars, which become --conf for YARN even in client mode.
+    assert not [c for c in conf_of(argv) if c.startswith("spark.yarn.appMasterEnv.")]
+    assert "stand-in spark-submit: no YARN ResourceManager here" in out
+    assert not Path(got["key_file"]).exists() and not Path(got["key_file"]).parent.exists()
+
+
+def test_yarn_cluster_mode_ships_the_key_file_through_yarns_distributed_cache(airflow, tmp_path):
+    got, out, key_hex = submit_to_stand_in(airflow, tmp_path, {"conn_type": "spark", "host": "yarn"}, "cluster")
+    argv = got["argv"]
+    assert argv[argv.index("--deploy-mode") + 1] == "cluster"
+    assert key_hex not in " ".join(argv).lower() and key_hex not in out.lower()
+    files = argv[argv.index("--files") + 1]
+    assert files == f"{got['key_file']}#hvd-signing-key" and got["key"] == key_hex
+    conf = conf_of(argv)
+    # The application master (the driver) finds it by that name in its container's working directory.
+    assert conf["spark.yarn.appMasterEnv.HVD_SIGNING_KEY_FILE"] == "hvd-signing-key"
+    assert json.loads(conf["spark.yarn.appMasterEnv.HVD_RANK_ENV_JSON"])["HVD_CHECKPOINT_DIR"]
+    assert conf["spark.yarn.appMasterEnv.PYTHONUNBUFFERED"] == "1"
+    assert "HVD_SIGNING_KEY_FILE" not in got["env"]
+    assert not Path(got["key_file"]).parent.exists()  # removed once spark-submit ended
+
+
+def test_kubernetes_cluster_mode_takes_the_key_from_a_kubernetes_secret_never_from_airflow():
+    from airflow_provider_hvd.utils import driver_delivery
+
+    master = "k8s://https://kubernetes.default.svc:443"
+    mode = driver_delivery.check(master, "cluster", connection_key=True, kubernetes_secret="hvd-signing-key:key")
+    plan = driver_delivery.plan(master, mode, key_path="/nowhere", driver_env={"HVD_RANK_ENV_JSON": "{}"},
+                                kubernetes_secret="hvd-signing-key:key")
+    assert plan.conf == {"spark.kubernetes.driverEnv.HVD_RANK_ENV_JSON": "{}",
+                         "spark.kubernetes.driver.secretKeyRef.HVD_SIGNING_KEY": "hvd-signing-key:key"}
+    assert plan.files == [] and plan.submit_env == {}
+    with pytest.raises(ValueError, match="needs the horovod connection's signing key"):
+        driver_delivery.check(master, "cluster", connection_key=False, kubernetes_secret="hvd-signing-key:key")
+    with pytest.raises(ValueError, match="set the horovod connection's kubernetes_secret field"):
+        driver_delivery.check(master, "cluster", connection_key=True, kubernetes_secret=None)
+    # Client mode on Kubernetes: the driver is spark-submit's child, so the key file works as for YARN.
+    client = driver_delivery.plan(master, driver_delivery.check(master, None, connection_key=False,
+                                                                kubernetes_secret=None),
+                                  key_path="/k", driver_env={})
+    assert client.submit_env == {"HVD_SIGNING_KEY_FILE": "/k"} and client.conf == {}
+
+
+@pytest.mark.parametrize("master, deploy_mode, message", [
+    ("spark://10.0.0.5:7077", "cluster", "spark-submit does not run Python applications in standalone cluster mode"),
+    ("local[*]", "cluster", "needs a cluster"),
+    ("mesos://10.0.0.5:5050", None, "is not one HorovodRunnerOperator submits to"),
+    ("yarn", "clustre", "deploy_mode 'clustre' is not one of client, cluster"),
+])
+def test_a_deploy_mode_the_key_cannot_reach_is_refused_saying_what_to_use(master, deploy_mode, message):
+    from airflow_provider_hvd.utils import driver_delivery
+
+    with pytest.raises(ValueError, match=message):
+        driver_delivery.check(master, deploy_mode, connection_key=True, kubernetes_secret=None)
+
+
+def test_an_unknown_deploy_mode_fails_when_the_dag_is_parsed():
+    from airflow_provider_hvd.operators.horovod_runner import HorovodRunnerOperator
+
+    with pytest.raises(ValueError, match="deploy_mode 'yarn' is not one of client, cluster"):
+        HorovodRunnerOperator(task_id="t", python_callable=print, np=2, deploy_mode="yarn")
+
+
+def test_standalone_cluster_mode_fails_before_anything_is_written(airflow, tmp_path):
+    storage = tmp_path / "storage"
+    env = {**airflow["env"], "AIRFLOW__CORE__DAGS_FOLDER": str(REPO / "tests" / "dags"),
+           "AIRFLOW_CONN_SPARK_TEST": json.dumps({"conn_type": "spark", "host": "spark://127.0.0.1:7077"}),
+           "HVD_TEST_SPARK_CONN": "spark_test", "HVD_TEST_DEPLOY_MODE": "cluster",
+           "AIRFLOW_CONN_HOROVOD_DEFAULT": json.dumps({"conn_type": "horovod",
+                                                       "extra": {"storage_path": f"file://{storage}"}})}
+    done = subprocess.run([AIRFLOW, "tasks", "test", "hvd_key_secrecy", "train"], env=env, capture_output=True,
+                          text=True, timeout=300)
+    out = done.stdout + done.stderr
+    assert "spark-submit does not run Python applications in standalone cluster mode" in out, out[-3000:]
+    assert "new_state=failed" in out
+    assert not storage.exists()  # no payload written, nothing submitted
