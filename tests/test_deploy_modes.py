@@ -1,10 +1,10 @@
 """Where the Spark driver runs (deploy mode) and how the signing key gets there, for every master.
 
-No YARN or Kubernetes runs here. For YARN, `airflow tasks test` runs the real operator and the real
-Spark provider hook against a yarn connection, with a stand-in `spark-submit` first on PATH that
-records its arguments, its environment and the key file it was pointed to, then fails as a
-submission to an unreachable ResourceManager would. Kubernetes needs the cncf.kubernetes provider
-for the hook, so its delivery is checked at the plan the operator hands the hook.
+No YARN or Kubernetes runs here. `airflow tasks test` runs the real operator and the real Spark
+provider hook against a yarn or k8s:// connection, with a stand-in `spark-submit` first on PATH
+that records its arguments, its environment and the key file it was pointed to, then fails as a
+submission to an unreachable ResourceManager or API server would. What each master then does with
+those arguments is Spark's, documented in docs/deploy.md.
 """
 
 import json
@@ -35,7 +35,8 @@ sys.exit(1)
 """
 
 
-def submit_to_stand_in(airflow, tmp_path, spark_conn: dict, deploy_mode: str = "") -> tuple[dict, str, str]:
+def submit_to_stand_in(airflow, tmp_path, spark_conn: dict, deploy_mode: str = "", horovod_extra: dict | None = None,
+                       **dag_env: str) -> tuple[dict, str, str]:
     """`airflow tasks test` of the training task; returns (what spark-submit got, the task's output, the key)."""
     from airflow_provider_hvd.runner.wire import payload
 
@@ -48,10 +49,11 @@ def submit_to_stand_in(airflow, tmp_path, spark_conn: dict, deploy_mode: str = "
     record = tmp_path / "spark-submit.json"
     env = {**airflow["env"], "AIRFLOW__CORE__DAGS_FOLDER": str(REPO / "tests" / "dags"),
            "AIRFLOW_CONN_HOROVOD_DEFAULT": json.dumps({"conn_type": "horovod", "password": key_hex,
-                                                       "extra": {"storage_path": f"file://{tmp_path}/storage"}}),
+                                                       "extra": {"storage_path": f"file://{tmp_path}/storage",
+                                                                 **(horovod_extra or {})}}),
            "AIRFLOW_CONN_SPARK_TEST": json.dumps(spark_conn), "HVD_TEST_SPARK_CONN": "spark_test",
            "HVD_TEST_DEPLOY_MODE": deploy_mode, "HVD_TEST_RECORD": str(record),
-           "PATH": f"{bin_dir}{os.pathsep}{os.environ['PATH']}"}
+           "PATH": f"{bin_dir}{os.pathsep}{os.environ['PATH']}", **dag_env}
     done = subprocess.run([AIRFLOW, "tasks", "test", "hvd_key_secrecy", "train"], env=env, capture_output=True,
                           text=True, timeout=300)
     out = done.stdout + done.stderr
@@ -82,7 +84,9 @@ def test_yarn_client_mode_hands_the_key_to_the_driver_in_a_file_named_in_spark_s
 
 
 def test_yarn_cluster_mode_ships_the_key_file_through_yarns_distributed_cache(airflow, tmp_path):
-    got, out, key_hex = submit_to_stand_in(airflow, tmp_path, {"conn_type": "spark", "host": "yarn"}, "cluster")
+    got, out, key_hex = submit_to_stand_in(airflow, tmp_path, {"conn_type": "spark", "host": "yarn"}, "cluster",
+                                           HVD_TEST_GPUS_PER_EXECUTOR="4",
+                                           HVD_TEST_GPU_DISCOVERY="/opt/spark/gpu_discovery.sh")
     argv = got["argv"]
     assert argv[argv.index("--deploy-mode") + 1] == "cluster"
     assert key_hex not in " ".join(argv).lower() and key_hex not in out.lower()
@@ -95,9 +99,33 @@ def test_yarn_cluster_mode_ships_the_key_file_through_yarns_distributed_cache(ai
     assert conf["spark.yarn.appMasterEnv.PYTHONUNBUFFERED"] == "1"
     assert "HVD_SIGNING_KEY_FILE" not in got["env"]
     assert not Path(got["key_file"]).parent.exists()  # removed once spark-submit ended
+    # One GPU per rank, four per executor, found by the given script (YARN maps "gpu" to yarn.io/gpu).
+    assert conf["spark.executor.resource.gpu.amount"] == "4" and conf["spark.task.resource.gpu.amount"] == "1"
+    assert conf["spark.executor.resource.gpu.discoveryScript"] == "/opt/spark/gpu_discovery.sh"
+    assert "spark.executor.resource.gpu.vendor" not in conf
 
 
-def test_kubernetes_cluster_mode_takes_the_key_from_a_kubernetes_secret_never_from_airflow():
+def test_kubernetes_cluster_mode_takes_the_key_from_a_kubernetes_secret_in_the_submitted_command(
+        airflow, tmp_path):
+    spark = {"conn_type": "spark", "host": "k8s://https://kubernetes.example:6443",
+             "extra": {"namespace": "training"}}
+    got, out, key_hex = submit_to_stand_in(airflow, tmp_path, spark, "cluster",
+                                           {"kubernetes_secret": "hvd-signing-key:key"},
+                                           HVD_TEST_GPUS_PER_EXECUTOR="1")
+    argv = got["argv"]
+    assert argv[argv.index("--master") + 1] == "k8s://https://kubernetes.example:6443"
+    assert argv[argv.index("--deploy-mode") + 1] == "cluster"
+    assert key_hex not in " ".join(argv).lower() and key_hex not in out.lower()
+    conf = conf_of(argv)
+    assert conf["spark.kubernetes.driver.secretKeyRef.HVD_SIGNING_KEY"] == "hvd-signing-key:key"
+    assert conf["spark.kubernetes.namespace"] == "training"
+    assert json.loads(conf["spark.kubernetes.driverEnv.HVD_RANK_ENV_JSON"])["HVD_CHECKPOINT_DIR"]
+    assert conf["spark.executor.resource.gpu.vendor"] == "nvidia.com"
+    assert conf["spark.executor.resource.gpu.amount"] == "1" and conf["spark.task.resource.gpu.amount"] == "1"
+    assert "--files" not in argv and got["key"] is None  # nothing of the key leaves the Airflow worker
+
+
+def test_kubernetes_cluster_mode_refuses_without_a_connection_key_and_a_secret():
     from airflow_provider_hvd.utils import driver_delivery
 
     master = "k8s://https://kubernetes.default.svc:443"
@@ -131,11 +159,15 @@ def test_a_deploy_mode_the_key_cannot_reach_is_refused_saying_what_to_use(master
         driver_delivery.check(master, deploy_mode, connection_key=True, kubernetes_secret=None)
 
 
-def test_an_unknown_deploy_mode_fails_when_the_dag_is_parsed():
+def test_an_unknown_deploy_mode_or_half_a_gpu_setting_fails_when_the_dag_is_parsed():
     from airflow_provider_hvd.operators.horovod_runner import HorovodRunnerOperator
 
     with pytest.raises(ValueError, match="deploy_mode 'yarn' is not one of client, cluster"):
         HorovodRunnerOperator(task_id="t", python_callable=print, np=2, deploy_mode="yarn")
+    with pytest.raises(ValueError, match="gpu_discovery_script without gpus_per_executor"):
+        HorovodRunnerOperator(task_id="t", python_callable=print, np=2, gpu_discovery_script="/gpus.sh")
+    with pytest.raises(ValueError, match="gpus_per_executor must be 1 or more"):
+        HorovodRunnerOperator(task_id="t", python_callable=print, np=2, gpus_per_executor=-2)
 
 
 def test_standalone_cluster_mode_fails_before_anything_is_written(airflow, tmp_path):

@@ -68,6 +68,13 @@ class HorovodRunnerOperator(BaseOperator):
         (on the cluster: YARN and Kubernetes); default: the Spark connection's ``deploy-mode``
         extra, else ``client``. The signing key reaches the driver in either without a command
         line or a Spark property (utils/driver_delivery.py).
+    :param gpus_per_executor: GPUs each Spark executor offers; sets Spark's GPU scheduling so that
+        each rank (barrier task) holds one GPU (``spark.executor.resource.gpu.amount``,
+        ``spark.task.resource.gpu.amount=1``; on Kubernetes also the ``nvidia.com`` vendor). Default:
+        whatever the cluster's Spark configuration says.
+    :param gpu_discovery_script: the script each executor runs to find its GPUs
+        (``spark.executor.resource.gpu.discoveryScript``; ``docker/spark/gpu_discovery.sh`` works
+        wherever ``nvidia-smi`` does). ``conf`` overrides any of these.
     :param horovod_conn_id: ``horovod`` connection: signing key, storage, launcher defaults.
     :param storage_path: where payloads, results, timelines and checkpoints go; any
         ObjectStoragePath URL (templated). Defaults to the connection's, then a local folder.
@@ -121,6 +128,7 @@ class HorovodRunnerOperator(BaseOperator):
 
     def __init__(self, *, python_callable: Callable[..., Any], np: int | str, op_kwargs: dict[str, Any] | None = None,
                  spark_conn_id: str | None = "spark_default", deploy_mode: str | None = None,
+                 gpus_per_executor: int | None = None, gpu_discovery_script: str | None = None,
                  horovod_conn_id: str = HorovodHook.default_conn_name,
                  storage_path: str | None = None, timeline: bool | str = False,
                  checkpoint_path: str | None = None, resume_from_checkpoint: bool | str = False,
@@ -142,6 +150,9 @@ class HorovodRunnerOperator(BaseOperator):
         if deploy_mode is not None and deploy_mode not in driver_delivery.DEPLOY_MODES:
             raise ValueError(f"deploy_mode {deploy_mode!r} is not one of {', '.join(driver_delivery.DEPLOY_MODES)}")
         self.deploy_mode = deploy_mode
+        driver_delivery.gpu_conf("local", gpus_per_executor, gpu_discovery_script)  # checked when parsed
+        self.gpus_per_executor = gpus_per_executor
+        self.gpu_discovery_script = gpu_discovery_script
         self.horovod_conn_id = horovod_conn_id
         self.storage_path = storage_path
         self.timeline = timeline
@@ -270,7 +281,8 @@ class HorovodRunnerOperator(BaseOperator):
         ti = context["ti"]
         # The whole conf is built before the hook: SparkSubmitHook keeps ``conf or {}``, so an
         # empty dict changed after it was handed over would never reach spark-submit.
-        conf = {**self.conf, **delivery.conf}
+        conf = {**driver_delivery.gpu_conf(master, self.gpus_per_executor, self.gpu_discovery_script), **self.conf,
+                **delivery.conf}
         # Spark's INFO chatter would bury the ranks' lines in the task log. spark.log.level applies
         # only once the SparkContext exists, so the driver's JVM also starts with our log4j2
         # configuration (WARN, plus the line with the Spark UI's address). The one switch back:

@@ -107,6 +107,25 @@ def key_file(key: bytes) -> Iterator[str]:
         shutil.rmtree(folder, ignore_errors=True)
 
 
+def gpu_conf(master: str, gpus_per_executor: int | None, discovery_script: str | None) -> dict[str, str]:
+    """Spark's GPU scheduling for one GPU per rank: each barrier task (rank) holds one GPU, each
+    executor offers ``gpus_per_executor``; HorovodRunner then pins each rank to its task's GPU."""
+    if not gpus_per_executor:
+        if discovery_script:
+            raise ValueError("gpu_discovery_script without gpus_per_executor: say how many GPUs each executor has")
+        return {}
+    if int(gpus_per_executor) < 1:
+        raise ValueError(f"gpus_per_executor must be 1 or more, got {gpus_per_executor!r}")
+    conf = {"spark.executor.resource.gpu.amount": str(int(gpus_per_executor)),
+            "spark.task.resource.gpu.amount": "1"}
+    if discovery_script:
+        conf["spark.executor.resource.gpu.discoveryScript"] = discovery_script
+    if cluster_kind(master) == "kubernetes":
+        # Kubernetes asks the device plugin's resource name; YARN maps "gpu" to yarn.io/gpu itself.
+        conf["spark.executor.resource.gpu.vendor"] = "nvidia.com"
+    return conf
+
+
 def submit_environment(key: bytes, delivery: DriverDelivery) -> dict[str, str]:
     """spark-submit's environment: this process's, less every variable that carries the key (the
     ``horovod`` connection given as an ``AIRFLOW_CONN_*`` variable would otherwise reach the driver,

@@ -37,6 +37,8 @@ def hvd_key_secrecy():
         op_kwargs={"marker_dir": os.environ.get("HVD_TEST_MARKERS", "/tmp")},
         spark_conn_id=os.environ.get("HVD_TEST_SPARK_CONN", "spark_default"),
         deploy_mode=os.environ.get("HVD_TEST_DEPLOY_MODE") or None,
+        gpus_per_executor=int(os.environ.get("HVD_TEST_GPUS_PER_EXECUTOR", "0")) or None,
+        gpu_discovery_script=os.environ.get("HVD_TEST_GPU_DISCOVERY") or None,
         # Spark's own records of the run, searched for the key afterwards.
         # Uncompressed, so that a search can find the key if it were there.
         conf={"spark.eventLog.enabled": "true", "spark.eventLog.compress": "false",
