@@ -26,6 +26,7 @@ REPO = HERE.parent
 sys.path.insert(0, str(HERE))
 
 import cloudpickle  # noqa: E402
+import encryption  # noqa: E402
 import restarts  # noqa: E402
 from measure import PhaseLog, stats  # noqa: E402
 import workloads  # noqa: E402
@@ -599,12 +600,14 @@ def report(results, args, elapsed):
         "![scaling](bench-scaling.png)",
         "",
         *restarts.report_lines(results.get("preemption"), results.get("checkpoint")),
+        *encryption.report_lines(results.get("encryption"), launch["ours, barrier, gloo"]["median"],
+                                 (results["payload"].get("1024") or results["payload"].get(1024) or {}).get("median")),
     ]
     (REPO / "docs" / "benchmarks.md").write_text("\n".join(lines))
 
 
 SECTIONS = ("launch", "import_check", "steady", "timeline", "init_cycles", "sizes", "np_scaling", "preemption",
-            "checkpoint")
+            "checkpoint", "encryption")
 
 
 def main():
@@ -653,6 +656,9 @@ def main():
         print("payload and result size ...", flush=True)
         results["payload"], results["result"] = size_scaling(max(2, args.reps // 2), [1, 16, 128, 1024])
     spark.stop()
+    if "encryption" in only:
+        print("channel encryption ...", flush=True)
+        results["encryption"] = encryption.encryption_cost(max(3, args.reps // 2))
     if "preemption" in only:
         print("preemption (max_restarts) ...", flush=True)
         results["preemption"] = restarts.preemption_cost(max(3, args.reps // 2))

@@ -131,3 +131,122 @@ def test_rendezvous_proxy_refuses_another_users_process(caplog, fault):
     finally:
         proxy.close()
         service.close()
+
+
+class RecordingRelay:
+    """A TCP relay between a client and the driver service that keeps every byte it forwards (what
+    anyone on the network sees) and can flip one bit of the server's traffic after ``tamper_after`` bytes."""
+
+    def __init__(self, target: tuple[str, int], tamper_after: int | None = None):
+        import threading
+
+        self.target = target
+        self.tamper_after = tamper_after
+        self.seen = bytearray()
+        self._listener = socket.create_server(("127.0.0.1", 0))
+        self.port = self._listener.getsockname()[1]
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def _accept(self) -> None:
+        import threading
+
+        client, _ = self._listener.accept()
+        server = socket.create_connection(self.target)
+        threading.Thread(target=self._pump, args=(client, server, False), daemon=True).start()
+        threading.Thread(target=self._pump, args=(server, client, True), daemon=True).start()
+
+    def _pump(self, src: socket.socket, dst: socket.socket, from_server: bool) -> None:
+        forwarded = 0
+        try:
+            while data := src.recv(1 << 16):
+                data = bytearray(data)
+                if from_server and self.tamper_after is not None and forwarded <= self.tamper_after < \
+                        forwarded + len(data):
+                    data[self.tamper_after - forwarded] ^= 0x01
+                forwarded += len(data)
+                self.seen += data
+                dst.sendall(data)
+        except OSError:
+            pass
+        finally:
+            for s in (src, dst):
+                try:
+                    s.shutdown(socket.SHUT_RDWR)
+                except OSError:
+                    pass
+
+    def close(self) -> None:
+        self._listener.close()
+
+
+def test_the_payload_logs_and_results_cross_the_network_encrypted():
+    """What a rank fetches and sends is unreadable on the wire, and still arrives whole."""
+    secret = payload.new_secret()
+    marker = b"AWS_SECRET_ACCESS_KEY=wJalrXUtnFEMI/K7MDENG/bPxRfiCYEXAMPLEKEY"
+    big = marker + os.urandom(6 << 20) + marker  # more than one sealed chunk
+    lines = []
+    service = DriverService(secret, big, lambda r, s, line: lines.append(line), host="127.0.0.1")
+    relay = RecordingRelay(("127.0.0.1", service.port))
+    try:
+        rank = channel.connect(("127.0.0.1", relay.port), secret, {"role": "rank", "rank": 0})
+        rank.send_json({"op": "get_payload"})
+        assert rank.recv_bytes() == big
+        rank.send_json({"op": "log", "stream": "log", "line": "loss 0.1234 token=" + marker.decode()})
+        rank.send_json({"op": "bye"})
+        rank.close()
+        deadline = time.monotonic() + 5
+        while not lines and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert lines == ["loss 0.1234 token=" + marker.decode()]
+        assert len(relay.seen) > len(big)  # everything went through the relay...
+        assert marker not in relay.seen and b"loss 0.1234" not in relay.seen  # ...and none of it readable
+        assert b"get_payload" not in relay.seen and b'"role"' not in relay.seen
+    finally:
+        relay.close()
+        service.close()
+
+
+def test_a_frame_altered_on_the_wire_ends_the_connection_instead_of_being_believed():
+    secret = payload.new_secret()
+    service = DriverService(secret, b"the real payload " * 1000, lambda *a: None, host="127.0.0.1")
+    # The server's first 32 bytes are its nonce, then its sealed "ok"; flip a bit in the payload frame after it.
+    relay = RecordingRelay(("127.0.0.1", service.port), tamper_after=32 + 25 + 20 + 25 + 100)
+    try:
+        rank = channel.connect(("127.0.0.1", relay.port), secret, {"role": "rank", "rank": 0})
+        rank.send_json({"op": "get_payload"})
+        with pytest.raises(ConnectionError, match="failed its integrity check"):
+            rank.recv_bytes()
+        rank.close()
+    finally:
+        relay.close()
+        service.close()
+
+
+def test_a_server_without_the_secret_is_found_out_by_the_client():
+    """Mutual: a listener that plays the driver without the run's secret gets no hello it can read,
+    and the client refuses its answer."""
+    import threading
+
+    listener = socket.create_server(("127.0.0.1", 0))
+    received = bytearray()
+
+    def impostor():
+        conn, _ = listener.accept()
+        conn.sendall(os.urandom(32))  # a nonce, as the driver would
+        conn.settimeout(2)
+        while len(received) <= 64:  # the client's nonce and answer, then its hello
+            received.extend(conn.recv(4096))
+        conn.sendall(os.urandom(9 + 16) + os.urandom(20 + 16))  # a "reply" it cannot seal
+        time.sleep(0.5)
+        conn.close()
+
+    thread = threading.Thread(target=impostor, daemon=True)
+    thread.start()
+    try:
+        with pytest.raises(channel.AuthenticationError, match="does not hold the run's secret"):
+            channel.connect(("127.0.0.1", listener.getsockname()[1]), payload.new_secret(),
+                            {"role": "rank", "rank": 0, "host": "worker-7"})
+        thread.join(5)
+        assert b"worker-7" not in received and len(received) > 64  # the hello came, sealed
+    finally:
+        listener.close()

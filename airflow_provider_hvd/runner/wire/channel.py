@@ -1,13 +1,25 @@
-"""Authenticated, framed TCP between the driver and the processes of a run.
+"""Authenticated, encrypted, framed TCP between the driver and the processes of a run.
 
-Every connection starts with a challenge: the server sends a random nonce, the
-client answers with HMAC-SHA256(run secret, nonce). A peer without the run's
-secret is refused and logged before it can send a single message, so nobody
-else on the network can fetch the payload, inject a log line or fake a result.
+Every connection starts with a handshake on the run's secret (32 random bytes that
+only the driver and the processes it started hold): the server sends a nonce, the
+client answers with its own nonce and HMAC-SHA256(secret, both nonces). A peer
+without the secret is refused and logged before it can send a single message, so
+nobody else on the network can fetch the payload, inject a log line or fake a result.
 
-After that, both sides exchange frames: one type byte (``J`` for a JSON message,
-``B`` for raw bytes), an 8-byte length, the body. Sends are serialised by a lock
-so that several threads of a process can share one channel.
+Both sides then derive this connection's keys from the secret and both nonces
+(HKDF-SHA256), one per direction, and every frame travels sealed with AES-256-GCM
+(the ``cryptography`` package, i.e. OpenSSL), its nonce a per-direction counter: what
+crosses the network (the payload, which may capture credentials, the result, logs)
+is unreadable, and a frame altered, dropped, replayed or reordered fails the
+connection. The server's first reply is sealed too, so the client knows it reached a
+holder of the secret (mutual authentication). This is TLS with a pre-shared key in
+effect: Python's ``ssl`` has no PSK before 3.13, and certificates would only have
+to be pinned through that same secret.
+
+A frame is a sealed 9-byte header (one type byte, ``J`` for a JSON message, ``B``
+for raw bytes, and an 8-byte length) followed by the body sealed in chunks of at
+most 4 MiB, so a gigabyte-sized payload is never held twice. Sends are serialised
+by a lock so that several threads of a process can share one channel.
 """
 
 from __future__ import annotations
@@ -26,7 +38,9 @@ log = logging.getLogger(__name__)
 
 _FRAME = struct.Struct(">cQ")
 _NONCE_SIZE = 32
-_AUTH_CONTEXT = b"airflow-provider-hvd channel v1\0"
+_AUTH_CONTEXT = b"airflow-provider-hvd channel v2\0"
+_TAG = 16  # AES-GCM's authentication tag
+_CHUNK = 4 << 20  # plaintext bytes per sealed chunk
 AUTH_TIMEOUT_S = 10.0
 
 
@@ -38,13 +52,48 @@ class AuthenticationError(ConnectionError):
     """The peer does not hold the run's secret."""
 
 
-def _answer(secret: bytes, nonce: bytes) -> bytes:
-    return hmac.new(secret, _AUTH_CONTEXT + nonce, hashlib.sha256).digest()
+def _answer(secret: bytes, server_nonce: bytes, client_nonce: bytes) -> bytes:
+    return hmac.new(secret, _AUTH_CONTEXT + server_nonce + client_nonce, hashlib.sha256).digest()
+
+
+def _session_keys(secret: bytes, server_nonce: bytes, client_nonce: bytes) -> tuple[bytes, bytes]:
+    """(client -> server key, server -> client key) for one connection."""
+    from cryptography.hazmat.primitives import hashes
+    from cryptography.hazmat.primitives.kdf.hkdf import HKDF
+
+    keys = HKDF(algorithm=hashes.SHA256(), length=64, salt=server_nonce + client_nonce,
+                info=_AUTH_CONTEXT + b"session keys").derive(secret)
+    return keys[:32], keys[32:]
+
+
+class _Sealer:
+    """AES-256-GCM in one direction of one connection: the nonce is a counter, never reused."""
+
+    def __init__(self, key: bytes):
+        from cryptography.hazmat.primitives.ciphers.aead import AESGCM
+
+        self._aead = AESGCM(key)
+        self._counter = 0
+
+    def _nonce(self) -> bytes:
+        nonce = self._counter.to_bytes(12, "big")
+        self._counter += 1
+        return nonce
+
+    def seal(self, data: bytes | memoryview) -> bytes:
+        return self._aead.encrypt(self._nonce(), data, None)
+
+    def open(self, sealed: bytes | bytearray) -> bytes:
+        from cryptography.exceptions import InvalidTag
+
+        try:
+            return self._aead.decrypt(self._nonce(), sealed, None)
+        except InvalidTag:
+            raise ConnectionError("a frame failed its integrity check (altered, replayed or out of order)") from None
 
 
 def _recv_exact(sock: socket.socket, n: int) -> bytearray:
-    """Exactly n bytes, into one buffer that is returned as it is (a copy would double a
-    gigabyte-sized payload or result)."""
+    """Exactly n bytes, into one buffer that is returned as it is."""
     buf = bytearray(n)
     view = memoryview(buf)
     got = 0
@@ -57,12 +106,14 @@ def _recv_exact(sock: socket.socket, n: int) -> bytearray:
 
 
 class Channel:
-    """One authenticated connection. ``send_*`` are thread-safe; one thread should ``recv``."""
+    """One authenticated, encrypted connection. ``send_*`` are thread-safe; one thread should ``recv``."""
 
-    def __init__(self, sock: socket.socket, peer: str):
+    def __init__(self, sock: socket.socket, peer: str, send_key: bytes, recv_key: bytes):
         self.sock = sock
         self.peer = peer
         self._send_lock = threading.Lock()
+        self._sealer = _Sealer(send_key)
+        self._opener = _Sealer(recv_key)
 
     def send_json(self, message: dict[str, Any]) -> None:
         self._send(b"J", json.dumps(message).encode())
@@ -72,28 +123,40 @@ class Channel:
 
     def send_json_with_bytes(self, message: dict[str, Any], data: bytes) -> None:
         """A message and its blob, with no other sender's frame in between."""
-        body = json.dumps(message).encode()
         with self._send_lock:
-            self.sock.sendall(_FRAME.pack(b"J", len(body)) + body)
-            self.sock.sendall(_FRAME.pack(b"B", len(data)))
-            self.sock.sendall(data)
+            self._send_locked(b"J", json.dumps(message).encode())
+            self._send_locked(b"B", data)
 
     def _send(self, kind: bytes, body: bytes) -> None:
         with self._send_lock:
-            self.sock.sendall(_FRAME.pack(kind, len(body)) + body if len(body) < (1 << 16)
-                              else _FRAME.pack(kind, len(body)))
-            if len(body) >= (1 << 16):
-                self.sock.sendall(body)
+            self._send_locked(kind, body)
+
+    def _send_locked(self, kind: bytes, body: bytes) -> None:
+        header = self._sealer.seal(_FRAME.pack(kind, len(body)))
+        if len(body) <= _CHUNK:
+            self.sock.sendall(header + self._sealer.seal(body))
+            return
+        self.sock.sendall(header)
+        view = memoryview(body)
+        for start in range(0, len(body), _CHUNK):
+            self.sock.sendall(self._sealer.seal(view[start:start + _CHUNK]))
 
     def recv(self) -> tuple[str, Any]:
-        """Return ('json', dict) or ('bytes', bytes); raise ChannelClosed at the end."""
-        kind, length = _FRAME.unpack(_recv_exact(self.sock, _FRAME.size))
-        body = _recv_exact(self.sock, length)
+        """Return ('json', dict) or ('bytes', bytearray); raise ChannelClosed at the end."""
+        header = self._opener.open(_recv_exact(self.sock, _FRAME.size + _TAG))
+        kind, length = _FRAME.unpack(header)
+        if kind not in (b"J", b"B"):
+            raise ConnectionError(f"bad frame type {kind!r} from {self.peer}")
+        if length <= _CHUNK:
+            body = bytearray(self._opener.open(_recv_exact(self.sock, length + _TAG)))
+        else:
+            body = bytearray(length)
+            for start in range(0, length, _CHUNK):
+                n = min(_CHUNK, length - start)
+                body[start:start + n] = self._opener.open(_recv_exact(self.sock, n + _TAG))
         if kind == b"J":
             return "json", json.loads(body)
-        if kind == b"B":
-            return "bytes", body
-        raise ConnectionError(f"bad frame type {kind!r} from {self.peer}")
+        return "bytes", body
 
     def recv_json(self) -> dict[str, Any]:
         kind, value = self.recv()
@@ -129,15 +192,24 @@ class Channel:
 
 def connect(address: tuple[str, int], secret: bytes, hello: dict[str, Any],
             timeout: float = 30.0) -> Channel:
-    """Connect, prove we hold ``secret``, send ``hello``; return the channel (blocking mode)."""
+    """Connect, prove we hold ``secret``, send ``hello``; return the channel (blocking mode)
+    once the server's sealed reply proved it holds the secret too."""
     sock = socket.create_connection(address, timeout=timeout)
     try:
         sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-        nonce = _recv_exact(sock, _NONCE_SIZE)
-        sock.sendall(_answer(secret, nonce))
-        channel = Channel(sock, f"{address[0]}:{address[1]}")
+        server_nonce = bytes(_recv_exact(sock, _NONCE_SIZE))
+        client_nonce = os.urandom(_NONCE_SIZE)
+        sock.sendall(client_nonce + _answer(secret, server_nonce, client_nonce))
+        to_server, to_client = _session_keys(secret, server_nonce, client_nonce)
+        channel = Channel(sock, f"{address[0]}:{address[1]}", send_key=to_server, recv_key=to_client)
         channel.send_json(hello)
-        reply = channel.recv_json()
+        try:
+            reply = channel.recv_json()
+        except ChannelClosed:
+            raise
+        except ConnectionError as exc:
+            raise AuthenticationError(f"the server at {address[0]}:{address[1]} does not hold the run's secret: "
+                                      f"{exc}") from None
         if not reply.get("ok"):
             raise AuthenticationError(f"driver at {address[0]}:{address[1]} refused us: {reply.get('error')}")
         sock.settimeout(None)
@@ -185,16 +257,18 @@ class ChannelServer:
         try:
             sock.settimeout(AUTH_TIMEOUT_S)
             sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-            nonce = os.urandom(_NONCE_SIZE)
-            sock.sendall(nonce)
-            answer = _recv_exact(sock, 32)
-            if not hmac.compare_digest(answer, _answer(self._secret, nonce)):
+            server_nonce = os.urandom(_NONCE_SIZE)
+            sock.sendall(server_nonce)
+            reply = _recv_exact(sock, _NONCE_SIZE + 32)
+            client_nonce, answer = bytes(reply[:_NONCE_SIZE]), bytes(reply[_NONCE_SIZE:])
+            if not hmac.compare_digest(answer, _answer(self._secret, server_nonce, client_nonce)):
                 self.refused += 1
                 log.warning("%s: refused a connection from %s: it does not hold this run's secret",
                             self._name, peer)
                 sock.close()
                 return
-            channel = Channel(sock, peer)
+            to_server, to_client = _session_keys(self._secret, server_nonce, client_nonce)
+            channel = Channel(sock, peer, send_key=to_client, recv_key=to_server)
             hello = channel.recv_json()
             sock.settimeout(None)
             channel.send_json({"ok": True})
