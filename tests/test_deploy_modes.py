@@ -36,7 +36,7 @@ sys.exit(1)
 
 
 def submit_to_stand_in(airflow, tmp_path, spark_conn: dict, deploy_mode: str = "", horovod_extra: dict | None = None,
-                       **dag_env: str) -> tuple[dict, str, str]:
+                       storage: str | None = None, **dag_env: str) -> tuple[dict, str, str]:
     """`airflow tasks test` of the training task; returns (what spark-submit got, the task's output, the key)."""
     from airflow_provider_hvd.runner.wire import payload
 
@@ -49,7 +49,7 @@ def submit_to_stand_in(airflow, tmp_path, spark_conn: dict, deploy_mode: str = "
     record = tmp_path / "spark-submit.json"
     env = {**airflow["env"], "AIRFLOW__CORE__DAGS_FOLDER": str(REPO / "tests" / "dags"),
            "AIRFLOW_CONN_HOROVOD_DEFAULT": json.dumps({"conn_type": "horovod", "password": key_hex,
-                                                       "extra": {"storage_path": f"file://{tmp_path}/storage",
+                                                       "extra": {"storage_path": storage or f"file://{tmp_path}/storage",
                                                                  **(horovod_extra or {})}}),
            "AIRFLOW_CONN_SPARK_TEST": json.dumps(spark_conn), "HVD_TEST_SPARK_CONN": "spark_test",
            "HVD_TEST_DEPLOY_MODE": deploy_mode, "HVD_TEST_RECORD": str(record),
@@ -59,6 +59,11 @@ def submit_to_stand_in(airflow, tmp_path, spark_conn: dict, deploy_mode: str = "
     out = done.stdout + done.stderr
     assert record.exists(), out[-4000:]
     return json.loads(record.read_text()), out, key_hex
+
+
+# Cluster mode refuses local paths (the driver runs elsewhere). These tests look at the command, not at
+# storage: fsspec's in-memory file system keeps the payload the operator writes off disk and network.
+CLUSTER_STORAGE = "memory://hvd-test"
 
 
 def conf_of(argv: list[str]) -> dict[str, str]:
@@ -85,7 +90,7 @@ def test_yarn_client_mode_hands_the_key_to_the_driver_in_a_file_named_in_spark_s
 
 def test_yarn_cluster_mode_ships_the_key_file_through_yarns_distributed_cache(airflow, tmp_path):
     got, out, key_hex = submit_to_stand_in(airflow, tmp_path, {"conn_type": "spark", "host": "yarn"}, "cluster",
-                                           HVD_TEST_GPUS_PER_EXECUTOR="4",
+                                           storage=CLUSTER_STORAGE, HVD_TEST_GPUS_PER_EXECUTOR="4",
                                            HVD_TEST_GPU_DISCOVERY="/opt/spark/gpu_discovery.sh")
     argv = got["argv"]
     assert argv[argv.index("--deploy-mode") + 1] == "cluster"
@@ -110,7 +115,7 @@ def test_kubernetes_cluster_mode_takes_the_key_from_a_kubernetes_secret_in_the_s
     spark = {"conn_type": "spark", "host": "k8s://https://kubernetes.example:6443",
              "extra": {"namespace": "training"}}
     got, out, key_hex = submit_to_stand_in(airflow, tmp_path, spark, "cluster",
-                                           {"kubernetes_secret": "hvd-signing-key:key"},
+                                           {"kubernetes_secret": "hvd-signing-key:key"}, storage=CLUSTER_STORAGE,
                                            HVD_TEST_GPUS_PER_EXECUTOR="1")
     argv = got["argv"]
     assert argv[argv.index("--master") + 1] == "k8s://https://kubernetes.example:6443"
@@ -183,3 +188,18 @@ def test_standalone_cluster_mode_fails_before_anything_is_written(airflow, tmp_p
     assert "spark-submit does not run Python applications in standalone cluster mode" in out, out[-3000:]
     assert "new_state=failed" in out
     assert not storage.exists()  # no payload written, nothing submitted
+
+
+def test_cluster_mode_refuses_storage_on_the_airflow_workers_own_disk(airflow, tmp_path):
+    """The driver on a cluster host would find no payload there: refused before anything is written."""
+    storage = tmp_path / "storage"
+    env = {**airflow["env"], "AIRFLOW__CORE__DAGS_FOLDER": str(REPO / "tests" / "dags"),
+           "AIRFLOW_CONN_SPARK_TEST": json.dumps({"conn_type": "spark", "host": "yarn"}),
+           "HVD_TEST_SPARK_CONN": "spark_test", "HVD_TEST_DEPLOY_MODE": "cluster",
+           "AIRFLOW_CONN_HOROVOD_DEFAULT": json.dumps({"conn_type": "horovod",
+                                                       "extra": {"storage_path": f"file://{storage}"}})}
+    done = subprocess.run([AIRFLOW, "tasks", "test", "hvd_key_secrecy", "train"], env=env, capture_output=True,
+                          text=True, timeout=300)
+    out = done.stdout + done.stderr
+    assert f"storage path file://{storage}" in out and "cannot read this Airflow worker's disk" in out, out[-3000:]
+    assert "new_state=failed" in out and not storage.exists()

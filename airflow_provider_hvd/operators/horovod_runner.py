@@ -67,7 +67,8 @@ class HorovodRunnerOperator(BaseOperator):
     :param deploy_mode: ``client`` (the Spark driver runs on the Airflow worker) or ``cluster``
         (on the cluster: YARN and Kubernetes); default: the Spark connection's ``deploy-mode``
         extra, else ``client``. The signing key reaches the driver in either without a command
-        line or a Spark property (utils/driver_delivery.py).
+        line or a Spark property (utils/driver_delivery.py). Cluster mode needs object storage
+        (a local ``storage_path`` is refused: the driver runs on another host).
     :param gpus_per_executor: GPUs each Spark executor offers; sets Spark's GPU scheduling so that
         each rank (barrier task) holds one GPU (``spark.executor.resource.gpu.amount``,
         ``spark.task.resource.gpu.amount=1``; on Kubernetes also the ``nvidia.com`` vendor). Default:
@@ -192,6 +193,7 @@ class HorovodRunnerOperator(BaseOperator):
         deploy_mode = driver_delivery.check(master, where.deploy_mode, connection_key=self.hook.has_signing_key(),
                                             kubernetes_secret=kubernetes_secret)
         prefix = self.try_prefix(context)
+        driver_delivery.check_storage(str(prefix), deploy_mode)
         key = self.hook.signing_key()
 
         sealed = payload.seal(payload.dumps_call(self.python_callable, self.op_kwargs), key, payload.KIND_CALL)

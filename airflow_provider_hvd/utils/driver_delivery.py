@@ -93,6 +93,16 @@ def check(master: str, deploy_mode: str | None, *, connection_key: bool, kuberne
     return mode
 
 
+def check_storage(storage_url: str, deploy_mode: str) -> None:
+    """In cluster mode the driver runs on a cluster host: a ``file://`` storage path names the
+    Airflow worker's own disk, where that driver would find no payload and leave no result."""
+    if deploy_mode == "cluster" and storage_url.startswith(("file://", "/", "local://")):
+        raise ValueError(f"storage path {storage_url} is a local path, and in deploy_mode 'cluster' the Spark driver "
+                         "runs on a cluster host that cannot read this Airflow worker's disk: use object storage "
+                         "every host reaches (s3://, gs://, abfs://; the horovod connection's storage_path) or "
+                         "deploy_mode 'client'")
+
+
 @contextmanager
 def key_file(key: bytes) -> Iterator[str]:
     """The key, hex, in a file only this user can read, inside a folder of its own; both gone on exit."""
