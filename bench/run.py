@@ -27,6 +27,7 @@ sys.path.insert(0, str(HERE))
 
 import cloudpickle  # noqa: E402
 import encryption  # noqa: E402
+import operator_task  # noqa: E402
 import restarts  # noqa: E402
 from measure import PhaseLog, stats  # noqa: E402
 import workloads  # noqa: E402
@@ -600,6 +601,7 @@ def report(results, args, elapsed):
         "![scaling](bench-scaling.png)",
         "",
         *restarts.report_lines(results.get("preemption"), results.get("checkpoint")),
+        *operator_task.report_lines(results.get("operator")),
         *encryption.report_lines(results.get("encryption"), launch["ours, barrier, gloo"]["median"],
                                  (results["payload"].get("1024") or results["payload"].get(1024) or {}).get("median")),
     ]
@@ -607,7 +609,7 @@ def report(results, args, elapsed):
 
 
 SECTIONS = ("launch", "import_check", "steady", "timeline", "init_cycles", "sizes", "np_scaling", "preemption",
-            "checkpoint", "encryption")
+            "checkpoint", "encryption", "operator")
 
 
 def main():
@@ -659,6 +661,9 @@ def main():
     if "encryption" in only:
         print("channel encryption ...", flush=True)
         results["encryption"] = encryption.encryption_cost(max(3, args.reps // 2))
+    if "operator" in only:
+        print("the whole Airflow task ...", flush=True)
+        results["operator"] = operator_task.operator_task_cost(max(3, args.reps // 2))
     if "preemption" in only:
         print("preemption (max_restarts) ...", flush=True)
         results["preemption"] = restarts.preemption_cost(max(3, args.reps // 2))
