@@ -175,31 +175,28 @@ def test_an_unknown_deploy_mode_or_half_a_gpu_setting_fails_when_the_dag_is_pars
         HorovodRunnerOperator(task_id="t", python_callable=print, np=2, gpus_per_executor=-2)
 
 
-def test_standalone_cluster_mode_fails_before_anything_is_written(airflow, tmp_path):
-    storage = tmp_path / "storage"
+def refused_cluster_submission(airflow, storage: Path, master: str) -> str:
+    """`airflow tasks test` of the training task in cluster mode, storage on this disk; its output."""
     env = {**airflow["env"], "AIRFLOW__CORE__DAGS_FOLDER": str(REPO / "tests" / "dags"),
-           "AIRFLOW_CONN_SPARK_TEST": json.dumps({"conn_type": "spark", "host": "spark://127.0.0.1:7077"}),
+           "AIRFLOW_CONN_SPARK_TEST": json.dumps({"conn_type": "spark", "host": master}),
            "HVD_TEST_SPARK_CONN": "spark_test", "HVD_TEST_DEPLOY_MODE": "cluster",
            "AIRFLOW_CONN_HOROVOD_DEFAULT": json.dumps({"conn_type": "horovod",
                                                        "extra": {"storage_path": f"file://{storage}"}})}
     done = subprocess.run([AIRFLOW, "tasks", "test", "hvd_key_secrecy", "train"], env=env, capture_output=True,
                           text=True, timeout=300)
     out = done.stdout + done.stderr
+    assert "new_state=failed" in out, out[-3000:]
+    assert not storage.exists(), out[-3000:]  # no payload written, nothing submitted
+    return out
+
+
+def test_standalone_cluster_mode_fails_before_anything_is_written(airflow, tmp_path):
+    out = refused_cluster_submission(airflow, tmp_path / "storage", "spark://127.0.0.1:7077")
     assert "spark-submit does not run Python applications in standalone cluster mode" in out, out[-3000:]
-    assert "new_state=failed" in out
-    assert not storage.exists()  # no payload written, nothing submitted
 
 
 def test_cluster_mode_refuses_storage_on_the_airflow_workers_own_disk(airflow, tmp_path):
     """The driver on a cluster host would find no payload there: refused before anything is written."""
     storage = tmp_path / "storage"
-    env = {**airflow["env"], "AIRFLOW__CORE__DAGS_FOLDER": str(REPO / "tests" / "dags"),
-           "AIRFLOW_CONN_SPARK_TEST": json.dumps({"conn_type": "spark", "host": "yarn"}),
-           "HVD_TEST_SPARK_CONN": "spark_test", "HVD_TEST_DEPLOY_MODE": "cluster",
-           "AIRFLOW_CONN_HOROVOD_DEFAULT": json.dumps({"conn_type": "horovod",
-                                                       "extra": {"storage_path": f"file://{storage}"}})}
-    done = subprocess.run([AIRFLOW, "tasks", "test", "hvd_key_secrecy", "train"], env=env, capture_output=True,
-                          text=True, timeout=300)
-    out = done.stdout + done.stderr
+    out = refused_cluster_submission(airflow, storage, "yarn")
     assert f"storage path file://{storage}" in out and "cannot read this Airflow worker's disk" in out, out[-3000:]
-    assert "new_state=failed" in out and not storage.exists()
