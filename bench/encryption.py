@@ -15,6 +15,8 @@ import time
 
 from measure import stats
 
+from airflow_provider_hvd.runner.wire.channel import _recv_exact  # the channel's own reader, for both sides
+
 GIB = 1 << 30
 
 
@@ -26,15 +28,6 @@ def _plain_pair() -> tuple[socket.socket, socket.socket]:
     for s in (client, server):
         s.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
     return client, server
-
-
-def _recv_exact(sock: socket.socket, n: int) -> bytearray:
-    buf = bytearray(n)
-    view = memoryview(buf)
-    got = 0
-    while got < n:
-        got += sock.recv_into(view[got:], min(n - got, 1 << 22))
-    return buf
 
 
 def plain_transfer(blob: bytes) -> float:

@@ -26,8 +26,8 @@ class HorovodHook(BaseHook):
     more; when empty a fresh key is made for each run); *Extra* (JSON):
     ``storage_path`` (any ObjectStoragePath URL), ``kubernetes_secret`` (``<name>:<key>``, the
     Kubernetes Secret holding the signing key, for cluster mode on Kubernetes), and every
-    HorovodRunner option (``launcher``, ``driver_log_verbosity``, ``max_restarts``, ...). A missing connection means defaults: per-run keys and
-    the operator's own ``storage_path``.
+    HorovodRunner option (``launcher``, ``driver_log_verbosity``, ``max_restarts``, ...). A
+    missing connection means defaults: per-run keys and the operator's own ``storage_path``.
 
     :param horovod_conn_id: the connection id (default ``horovod_default``).
     """

@@ -148,10 +148,10 @@ class HorovodRunnerOperator(BaseOperator):
         self.np = np if _is_template(np) else defaults.parse_np(np)
         self.op_kwargs = op_kwargs or {}
         self.spark_conn_id = spark_conn_id
-        if deploy_mode is not None and deploy_mode not in driver_delivery.DEPLOY_MODES:
-            raise ValueError(f"deploy_mode {deploy_mode!r} is not one of {', '.join(driver_delivery.DEPLOY_MODES)}")
+        # Checked now, so that a bad value fails when the DAG is parsed.
+        driver_delivery.check_deploy_mode(deploy_mode)
+        driver_delivery.check_gpus(gpus_per_executor, gpu_discovery_script)
         self.deploy_mode = deploy_mode
-        driver_delivery.gpu_conf("local", gpus_per_executor, gpu_discovery_script)  # checked when parsed
         self.gpus_per_executor = gpus_per_executor
         self.gpu_discovery_script = gpu_discovery_script
         self.horovod_conn_id = horovod_conn_id
@@ -225,15 +225,16 @@ class HorovodRunnerOperator(BaseOperator):
             if options.get("timeline_live_bytes", defaults.TIMELINE_LIVE_BYTES):
                 ti.xcom_push(key="timeline_live", value=live_view_location(str(timeline_path)))
 
+        # One environment for Airflow and training, on one machine (a laptop, CI): the driver and
+        # its workers use this interpreter and find its tools (mpirun's helpers) first.
+        all_in_one = _trains_here() and master.startswith("local")
         driver_env = {spark_app.RANK_ENV_ENV: json.dumps(rank_env), "PYTHONUNBUFFERED": "1"}
-        if _trains_here() and master.startswith("local"):
-            # One environment for Airflow and training, on one machine: the driver finds this
-            # interpreter's tools (mpirun's helpers, horovodrun) first.
+        if all_in_one:
             driver_env["PATH"] = os.path.dirname(sys.executable) + os.pathsep + os.environ.get("PATH", "")
         with driver_delivery.key_file(key) as key_path:
             delivery = driver_delivery.plan(master, deploy_mode, key_path=key_path, driver_env=driver_env,
                                             kubernetes_secret=kubernetes_secret)
-            self._submit_hook = self._make_submit_hook(args, delivery, context, master, deploy_mode)
+            self._submit_hook = self._make_submit_hook(args, delivery, context, master, deploy_mode, all_in_one)
             self.log.info("Submitting the Horovod application (np=%d) to Spark master %s, deploy mode %s", np,
                           self._submit_hook.master, deploy_mode)
             try:
@@ -279,7 +280,7 @@ class HorovodRunnerOperator(BaseOperator):
         return options
 
     def _make_submit_hook(self, args: list[str], delivery: driver_delivery.DriverDelivery, context: Context,
-                          master: str, deploy_mode: str) -> HorovodSparkSubmitHook:
+                          master: str, deploy_mode: str, all_in_one: bool) -> HorovodSparkSubmitHook:
         ti = context["ti"]
         # The whole conf is built before the hook: SparkSubmitHook keeps ``conf or {}``, so an
         # empty dict changed after it was handed over would never reach spark-submit.
@@ -295,10 +296,9 @@ class HorovodRunnerOperator(BaseOperator):
             existing = str(conf.get("spark.driver.extraJavaOptions", ""))
             if "log4j2.configurationFile" not in existing:  # the user's own configuration wins
                 conf["spark.driver.extraJavaOptions"] = f"{existing} {option}".strip()
-        if _trains_here() and master.startswith("local") and not os.environ.get("PYSPARK_PYTHON"):
-            # One environment for Airflow and training, on one machine: the Spark driver and its
-            # workers use this interpreter unless told otherwise. Where the Airflow image has no
-            # horovod, Spark's own settings choose (spark-defaults.conf, PYSPARK_PYTHON).
+        if all_in_one and not os.environ.get("PYSPARK_PYTHON"):
+            # Where the Airflow image has no horovod, Spark's own settings choose instead
+            # (spark-defaults.conf, PYSPARK_PYTHON).
             conf.setdefault("spark.pyspark.python", sys.executable)
         # No env_vars: the Spark provider puts them on the command line for YARN and Kubernetes;
         # the driver's environment comes from ``delivery`` (conf, files, spark-submit's env).

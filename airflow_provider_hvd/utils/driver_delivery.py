@@ -63,12 +63,17 @@ def cluster_kind(master: str) -> str:
                      "spark://host:port, yarn or k8s://https://<api-server>")
 
 
+def check_deploy_mode(deploy_mode: str | None) -> None:
+    """None (the connection's, else client) or one of DEPLOY_MODES."""
+    if deploy_mode is not None and deploy_mode not in DEPLOY_MODES:
+        raise ValueError(f"deploy_mode {deploy_mode!r} is not one of {', '.join(DEPLOY_MODES)}")
+
+
 def check(master: str, deploy_mode: str | None, *, connection_key: bool, kubernetes_secret: str | None) -> str:
     """The deploy mode to use ("client" or "cluster"), or a ValueError saying what to change; called
     before anything is written or submitted."""
+    check_deploy_mode(deploy_mode)
     mode = deploy_mode or "client"
-    if mode not in DEPLOY_MODES:
-        raise ValueError(f"deploy_mode {deploy_mode!r} is not one of {', '.join(DEPLOY_MODES)}")
     kind = cluster_kind(master)
     if mode == "client":
         return mode
@@ -117,15 +122,19 @@ def key_file(key: bytes) -> Iterator[str]:
         shutil.rmtree(folder, ignore_errors=True)
 
 
+def check_gpus(gpus_per_executor: int | None, discovery_script: str | None) -> None:
+    if discovery_script and not gpus_per_executor:
+        raise ValueError("gpu_discovery_script without gpus_per_executor: say how many GPUs each executor has")
+    if gpus_per_executor is not None and int(gpus_per_executor) < 1:
+        raise ValueError(f"gpus_per_executor must be 1 or more, got {gpus_per_executor!r}")
+
+
 def gpu_conf(master: str, gpus_per_executor: int | None, discovery_script: str | None) -> dict[str, str]:
     """Spark's GPU scheduling for one GPU per rank: each barrier task (rank) holds one GPU, each
     executor offers ``gpus_per_executor``; HorovodRunner then pins each rank to its task's GPU."""
+    check_gpus(gpus_per_executor, discovery_script)
     if not gpus_per_executor:
-        if discovery_script:
-            raise ValueError("gpu_discovery_script without gpus_per_executor: say how many GPUs each executor has")
         return {}
-    if int(gpus_per_executor) < 1:
-        raise ValueError(f"gpus_per_executor must be 1 or more, got {gpus_per_executor!r}")
     conf = {"spark.executor.resource.gpu.amount": str(int(gpus_per_executor)),
             "spark.task.resource.gpu.amount": "1"}
     if discovery_script:

@@ -34,6 +34,11 @@ import struct
 import threading
 from typing import Any, Callable
 
+from cryptography.exceptions import InvalidTag
+from cryptography.hazmat.primitives import hashes
+from cryptography.hazmat.primitives.ciphers.aead import AESGCM
+from cryptography.hazmat.primitives.kdf.hkdf import HKDF
+
 log = logging.getLogger(__name__)
 
 _FRAME = struct.Struct(">cQ")
@@ -58,9 +63,6 @@ def _answer(secret: bytes, server_nonce: bytes, client_nonce: bytes) -> bytes:
 
 def _session_keys(secret: bytes, server_nonce: bytes, client_nonce: bytes) -> tuple[bytes, bytes]:
     """(client -> server key, server -> client key) for one connection."""
-    from cryptography.hazmat.primitives import hashes
-    from cryptography.hazmat.primitives.kdf.hkdf import HKDF
-
     keys = HKDF(algorithm=hashes.SHA256(), length=64, salt=server_nonce + client_nonce,
                 info=_AUTH_CONTEXT + b"session keys").derive(secret)
     return keys[:32], keys[32:]
@@ -70,8 +72,6 @@ class _Sealer:
     """AES-256-GCM in one direction of one connection: the nonce is a counter, never reused."""
 
     def __init__(self, key: bytes):
-        from cryptography.hazmat.primitives.ciphers.aead import AESGCM
-
         self._aead = AESGCM(key)
         self._counter = 0
 
@@ -84,8 +84,6 @@ class _Sealer:
         return self._aead.encrypt(self._nonce(), data, None)
 
     def open(self, sealed: bytes | bytearray) -> bytes:
-        from cryptography.exceptions import InvalidTag
-
         try:
             return self._aead.decrypt(self._nonce(), sealed, None)
         except InvalidTag:
