@@ -22,6 +22,18 @@ CONN_FIELDS = {
                        "namespace that holds this connection's signing key (hex).",
         "schema": {"type": ["string", "null"]},
     },
+    "cluster_spark_app": {
+        "label": "spark_app.py on the cluster",
+        "description": "For deploy mode cluster on a standalone master: the path of airflow_provider_hvd/runner/"
+                       "spark_app.py on the Spark hosts, where it is not the same as on the Airflow worker.",
+        "schema": {"type": ["string", "null"]},
+    },
+    "cluster_spark_jar": {
+        "label": "Spark jar on the cluster",
+        "description": "For deploy mode cluster on a standalone master: a jar path every Spark host has (default: "
+                       "this host's pyspark jars/spark-core_*.jar).",
+        "schema": {"type": ["string", "null"]},
+    },
     "launcher": {
         "label": "Launcher",
         "description": "mpi, gloo, or auto (mpi when OpenMPI and an MPI-enabled horovod are present).",

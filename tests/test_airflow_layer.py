@@ -416,8 +416,8 @@ def test_the_connection_form_is_declared_for_airflows_ui(airflow):
     assert probe["hook_name"] == "Horovod"
     from airflow_provider_hvd.runner import defaults
 
-    assert {w["field_name"] for w in probe["widgets"].values()} == {"storage_path", "kubernetes_secret",
-                                                                     *defaults.OPTIONS}
+    assert {w["field_name"] for w in probe["widgets"].values()} == {
+        "storage_path", "kubernetes_secret", "cluster_spark_app", "cluster_spark_jar", *defaults.OPTIONS}
     assert probe["widgets"]["extra__horovod__max_restarts"]["label"] == "Max restarts"
     assert probe["behaviour"]["hidden_fields"] == ["host", "schema", "login", "port"]
     assert probe["behaviour"]["relabeling"] == {"password": "Signing key (hex)"}

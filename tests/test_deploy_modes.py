@@ -152,7 +152,7 @@ def test_kubernetes_cluster_mode_refuses_without_a_connection_key_and_a_secret()
 
 
 @pytest.mark.parametrize("master, deploy_mode, message", [
-    ("spark://10.0.0.5:7077", "cluster", "spark-submit does not run Python applications in standalone cluster mode"),
+    ("spark://10.0.0.5:7077,10.0.0.6:7077", "cluster", "standby masters"),
     ("local[*]", "cluster", "needs a cluster"),
     ("mesos://10.0.0.5:5050", None, "is not one HorovodRunnerOperator submits to"),
     ("yarn", "clustre", "deploy_mode 'clustre' is not one of client, cluster"),
@@ -190,9 +190,29 @@ def refused_cluster_submission(airflow, storage: Path, master: str) -> str:
     return out
 
 
-def test_standalone_cluster_mode_fails_before_anything_is_written(airflow, tmp_path):
-    out = refused_cluster_submission(airflow, tmp_path / "storage", "spark://127.0.0.1:7077")
-    assert "spark-submit does not run Python applications in standalone cluster mode" in out, out[-3000:]
+def test_standalone_cluster_mode_without_the_masters_rest_server_fails_before_anything_is_written(airflow, tmp_path):
+    """The driver could be started but neither followed nor killed: refused, saying how to turn it on."""
+    from spark_cluster import free_port
+
+    bin_dir = tmp_path / "bin"  # a spark-submit that records being called: it must not be
+    bin_dir.mkdir()
+    (bin_dir / "spark-submit").write_text(f"#!/bin/sh\ntouch {tmp_path}/submitted\nexit 1\n")
+    (bin_dir / "spark-submit").chmod(0o755)
+    rest_port = free_port()  # nothing listens there
+    env = {**airflow["env"], "AIRFLOW__CORE__DAGS_FOLDER": str(REPO / "tests" / "dags"),
+           "AIRFLOW_CONN_SPARK_TEST": json.dumps({"conn_type": "spark", "host": "spark://127.0.0.1:7077",
+                                                  "extra": {"rest-port": str(rest_port)}}),
+           "HVD_TEST_SPARK_CONN": "spark_test", "HVD_TEST_DEPLOY_MODE": "cluster",
+           "PATH": f"{bin_dir}{os.pathsep}{os.environ['PATH']}",
+           "AIRFLOW_CONN_HOROVOD_DEFAULT": json.dumps({"conn_type": "horovod",
+                                                       "extra": {"storage_path": CLUSTER_STORAGE}})}
+    done = subprocess.run([AIRFLOW, "tasks", "test", "hvd_key_secrecy", "train"], env=env, capture_output=True,
+                          text=True, timeout=300)
+    out = done.stdout + done.stderr
+    assert "new_state=failed" in out, out[-3000:]
+    assert f"REST server at http://127.0.0.1:{rest_port} does not answer" in out, out[-3000:]
+    assert "spark.master.rest.enabled=true" in out and "rest-port" in out
+    assert "Payload (" not in out and not (tmp_path / "submitted").exists()
 
 
 def test_cluster_mode_refuses_storage_on_the_airflow_workers_own_disk(airflow, tmp_path):
@@ -200,3 +220,31 @@ def test_cluster_mode_refuses_storage_on_the_airflow_workers_own_disk(airflow, t
     storage = tmp_path / "storage"
     out = refused_cluster_submission(airflow, storage, "yarn")
     assert f"storage path file://{storage}" in out and "cannot read this Airflow worker's disk" in out, out[-3000:]
+
+
+def test_standalone_cluster_mode_submits_pythonrunner_and_keeps_airflows_environment_home(monkeypatch):
+    """spark-submit's environment travels to the driver on the cluster: the key and the driver's
+    settings go, Airflow's connections and settings stay; the RPC client (which forwards it) is forced."""
+    from airflow_provider_hvd.runner import spark_app
+    from airflow_provider_hvd.utils import driver_delivery
+
+    key = bytes(range(32))
+    monkeypatch.setenv("AIRFLOW_CONN_POSTGRES_DEFAULT", "postgresql://u:secret@db/airflow")
+    monkeypatch.setenv("_AIRFLOW_PARSING_CONTEXT_DAG_ID", "d")
+    monkeypatch.setenv("AWS_REGION", "eu-west-1")
+    mode = driver_delivery.check("spark://m:7077", "cluster", connection_key=False, kubernetes_secret=None)
+    delivery = driver_delivery.plan("spark://m:7077", mode, key_path="/unused", driver_env={"HVD_RANK_ENV_JSON": "{}"},
+                                    key=key)
+    assert delivery.main_class == "org.apache.spark.deploy.PythonRunner"
+    assert delivery.application.startswith("file:/") and "/jars/spark-core_" in delivery.application
+    assert delivery.leading_args == [os.path.abspath(spark_app.__file__), ""]
+    assert delivery.conf == {"spark.master.rest.enabled": "false"}
+    env = driver_delivery.submit_environment(key, delivery)
+    assert env["HVD_SIGNING_KEY"] == key.hex() and env["HVD_RANK_ENV_JSON"] == "{}"
+    assert env["AWS_REGION"] == "eu-west-1"
+    assert not [name for name in env if "AIRFLOW" in name]
+    # Paths of the cluster's own hosts, where they differ from this one.
+    elsewhere = driver_delivery.plan("spark://m:7077", mode, key_path="/unused", driver_env={}, key=key,
+                                     cluster_app="/opt/hvd/spark_app.py", cluster_jar="/opt/spark/jars/x.jar")
+    assert elsewhere.application == "file:/opt/spark/jars/x.jar"
+    assert elsewhere.leading_args == ["/opt/hvd/spark_app.py", ""]

@@ -25,15 +25,21 @@ from spark_cluster import StandaloneCluster
 REPO = Path(__file__).resolve().parent.parent
 AIRFLOW = str(Path(sys.executable).parent / "airflow")
 RANK_MODULE = "airflow_provider_hvd.runner.rank.main"
+DRIVER_WRAPPER = "org.apache.spark.deploy.worker.DriverWrapper"
+SUBMITTER = ("bin/spark-submit", "org.apache.spark.launcher.Main", "org.apache.spark.deploy.SparkSubmit")
 
 
 class ProcessWatch(threading.Thread):
     """Reads every process's command line and environment until stopped; remembers where the key was."""
 
-    def __init__(self, key_hex: str, exempt_pid: int):
+    def __init__(self, key_hex: str, exempt_pid: int, cluster_driver: bool = False):
         super().__init__(daemon=True)
         self.key_hex = key_hex
         self.exempt_pid = exempt_pid  # `airflow dags test` itself: it got the connection from us
+        # Standalone cluster mode: the key reaches the driver's own environment (the worker's
+        # DriverWrapper JVM and its Python child) and must reach no other process.
+        self.cluster_driver = cluster_driver
+        self.driver_environments: set[str] = set()
         self.leaks: set[str] = set()
         self.rank_environments = 0  # proof that the ranks were read while they ran
         self.key_file_named = False  # proof that the driver's environment was read
@@ -51,14 +57,34 @@ class ProcessWatch(threading.Thread):
                     continue
                 if self.key_hex in cmdline.lower():
                     self.leaks.add(f"command line of {proc.pid}: {cmdline[:200]}")
+                # The driver JVM's environment is inherited by what it starts: the Python driver and
+                # Hadoop's helpers (chmod), as Spark's own _SPARK_AUTH_SECRET is. Nothing further down.
+                # spark-submit (bin/spark-submit, its launcher and its JVM, on the Airflow side for the few
+                # seconds of the submission) hands its environment to the cluster: the key is in it.
+                is_driver = self.cluster_driver and (DRIVER_WRAPPER in cmdline or self._parent_is_driver(proc)
+                                                     or any(name in cmdline for name in SUBMITTER))
                 for name, value in environ.items():
                     if self.key_hex in value.lower():
-                        self.leaks.add(f"environment of {proc.pid} ({cmdline[:120]}): {name}")
+                        if is_driver and name == "HVD_SIGNING_KEY":
+                            self.driver_environments.add(
+                                DRIVER_WRAPPER if DRIVER_WRAPPER in cmdline else "python" if "spark_app.py" in cmdline
+                                else "spark-submit" if any(name in cmdline for name in SUBMITTER) else "helper")
+                        else:
+                            self.leaks.add(f"environment of {proc.pid} ({cmdline[:120]}): {name}")
                 if RANK_MODULE in cmdline:
                     self.rank_environments += 1
                 if "HVD_SIGNING_KEY_FILE" in environ:
                     self.key_file_named = True
             time.sleep(0.2)
+
+
+    @staticmethod
+    def _parent_is_driver(proc) -> bool:
+        try:
+            parent = proc.parent()
+            return parent is not None and DRIVER_WRAPPER in " ".join(parent.cmdline())
+        except (psutil.Error, OSError):
+            return False
 
 
 def spark_ui_environment(output: list[str], proc: subprocess.Popen, deadline: float) -> str:
@@ -67,7 +93,10 @@ def spark_ui_environment(output: list[str], proc: subprocess.Popen, deadline: fl
         found = re.search(r"its UI: (http://[\w.:-]+)", "".join(output))
         if found:
             ui = found.group(1)
-            apps = json.load(urllib.request.urlopen(f"{ui}/api/v1/applications", timeout=10))
+            try:
+                apps = json.load(urllib.request.urlopen(f"{ui}/api/v1/applications", timeout=10))
+            except OSError as exc:
+                raise AssertionError(f"the Spark UI at {ui} did not answer ({exc}):\n" + "".join(output)[-5000:])
             with urllib.request.urlopen(f"{ui}/api/v1/applications/{apps[0]['id']}/environment", timeout=10) as r:
                 return r.read().decode()
         time.sleep(0.2)
@@ -82,9 +111,9 @@ def files_containing(folder: Path, needle: str) -> list[str]:
     return hits
 
 
-@pytest.mark.parametrize("where", ["local", "standalone"])
+@pytest.mark.parametrize("where", ["local", "standalone", "standalone-cluster"])
 def test_the_signing_key_is_in_no_command_line_environment_log_event_log_or_spark_ui(airflow, tmp_path, where,
-                                                                                      no_leftovers):
+                                                                                      no_leftovers, request):
     from airflow_provider_hvd.runner.wire import payload
 
     key_hex = payload.new_secret().hex()
@@ -102,6 +131,13 @@ def test_the_signing_key_is_in_no_command_line_environment_log_event_log_or_spar
         (tmp_path / "cluster").mkdir()
         cluster = StandaloneCluster(tmp_path / "cluster").start()
         env["AIRFLOW_CONN_SPARK_TEST"] = json.dumps({"conn_type": "spark", "host": cluster.url})
+    elif where == "standalone-cluster":
+        # The driver on a worker (which takes one of its cores), storage every host reaches: S3.
+        env.update(cluster_mode_environment(request.getfixturevalue("s3_bucket"), key_hex))
+        (tmp_path / "cluster").mkdir()
+        # The driver takes a core and 1 GiB of its worker: room for an executor beside it.
+        cluster = StandaloneCluster(tmp_path / "cluster", cores_per_worker=2, memory="2g", rest=True).start()
+        env["AIRFLOW_CONN_SPARK_TEST"] = json.dumps(cluster.connection())
     else:
         env["AIRFLOW_CONN_SPARK_TEST"] = LOCAL_SPARK_CONNECTION
     try:
@@ -110,7 +146,7 @@ def test_the_signing_key_is_in_no_command_line_environment_log_event_log_or_spar
         output: list[str] = []
         reader = threading.Thread(target=lambda: output.extend(proc.stdout), daemon=True)
         reader.start()
-        watch = ProcessWatch(key_hex, exempt_pid=proc.pid)
+        watch = ProcessWatch(key_hex, exempt_pid=proc.pid, cluster_driver=where == "standalone-cluster")
         watch.start()
         try:
             ui_environment = spark_ui_environment(output, proc, time.monotonic() + 300)
@@ -130,8 +166,16 @@ def test_the_signing_key_is_in_no_command_line_environment_log_event_log_or_spar
             cluster.stop()
 
     assert not watch.leaks, sorted(watch.leaks)
-    # Read while it ran: the ranks (environment included) and a process the key file was named to.
-    assert watch.rank_environments > 0 and watch.key_file_named
+    # Read while it ran: the ranks (environment included) and the driver (where the key went).
+    assert watch.rank_environments > 0
+    if where == "standalone-cluster":
+        assert {DRIVER_WRAPPER, "python"} <= watch.driver_environments, watch.driver_environments
+        # The driver ran on a worker (its stdout there), and its output reached the task log through S3.
+        driver_out = [p.read_text() for p in (tmp_path / "cluster").glob("work*/driver-*/stdout")]
+        assert len(driver_out) == 1 and "rank 0 did" in driver_out[0], driver_out
+        assert re.search(r"Following Spark driver driver-[\d-]+", log) and "Spark driver driver-" in log
+    else:
+        assert watch.key_file_named
     # The task log, with spark-submit's output and the Spark driver's log in it (client mode).
     assert key_hex not in log.lower()
     assert '"spark.app.name"' in ui_environment or "spark.app.name" in ui_environment
@@ -147,6 +191,23 @@ def test_the_signing_key_is_in_no_command_line_environment_log_event_log_or_spar
         assert files_containing(tmp_path / "cluster", key_hex) == []
     # The one-time key file is gone, folder and all.
     assert not [p for p in Path(os.environ.get("TMPDIR", "/tmp")).glob("hvd-key-*")]
+
+
+def cluster_mode_environment(bucket: str, key_hex: str) -> dict[str, str]:
+    """`airflow dags test`'s environment for cluster deploy mode: storage in the S3 bucket (moto's
+    server, the stand-in for a cloud bucket), reached by Airflow through aws_default as deployments do
+    and by the driver and ranks through the standard AWS variables."""
+    endpoint = os.environ["AWS_ENDPOINT_URL"]  # set by the s3_bucket fixture
+    aws = {name: os.environ[name] for name in ("AWS_ENDPOINT_URL", "AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY",
+                                               "AWS_DEFAULT_REGION")}
+    # spark-submit's environment travels to the driver (Spark's standalone client sends it): its
+    # loopback address, bound and advertised alike, is where the driver lives on these loopback hosts.
+    return {**aws, "HVD_TEST_DEPLOY_MODE": "cluster", "SPARK_LOCAL_HOSTNAME": "127.0.0.1",
+            "AIRFLOW_CONN_HOROVOD_DEFAULT": json.dumps({"conn_type": "horovod", "password": key_hex,
+                                                        "extra": {"storage_path": f"s3://{bucket}/runs"}}),
+            "AIRFLOW_CONN_AWS_DEFAULT": json.dumps({"conn_type": "aws", "login": "testing", "password": "testing",
+                                                    "extra": {"endpoint_url": endpoint,
+                                                              "region_name": "us-east-1"}})}
 
 
 def test_every_key_the_hook_hands_out_is_masked_in_airflow_logs(monkeypatch):

@@ -67,8 +67,14 @@ except Exception as exc:
     missing = f"{type(exc).__name__}: {exc}"
 local = HorovodSparkSubmitHook(conn_id=None)
 named = HorovodSparkSubmitHook(conn_id="hvd_spark_test")
+# Standalone cluster mode: the provider decides to track the driver, keeps the id it parsed from
+# spark-submit's output in _driver_id, and builds the master's REST endpoint.
+cluster = HorovodSparkSubmitHook(conn_id="hvd_spark_test", deploy_mode="cluster")
+cluster._process_spark_submit_log(iter(["INFO ClientEndpoint: Driver successfully submitted as driver-20261204-0007"]))
 print(json.dumps({"plain": plain._connection["master"], "missing": missing, "local": local.master,
-                  "local_deploy": local._connection["deploy_mode"], "named": named.master}))
+                  "local_deploy": local._connection["deploy_mode"], "named": named.master,
+                  "tracks": cluster._should_track_driver_status, "driver_id": cluster.driver_id,
+                  "rest": cluster.rest_endpoint}))
 """
     env = {**airflow["env"], "AIRFLOW_CONN_HVD_SPARK_TEST": "spark://spark-master:7077"}
     done = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=120)
@@ -79,3 +85,7 @@ print(json.dumps({"plain": plain._connection["master"], "missing": missing, "loc
                                       "does not exist") and "spark_conn_id=None" in seen["missing"]
     assert seen["local"] == "local[*]" and seen["local_deploy"] is None
     assert seen["named"] == "spark://spark-master:7077"
+    assert seen["tracks"] is True and seen["driver_id"] == "driver-20261204-0007", (
+        "SparkSubmitHook no longer tracks a standalone cluster-mode driver through _should_track_driver_status "
+        "and _driver_id: HorovodSparkSubmitHook.follow_driver and on_kill rely on them")
+    assert seen["rest"] == "http://spark-master:6066"

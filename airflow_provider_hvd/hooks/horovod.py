@@ -4,6 +4,9 @@ from __future__ import annotations
 
 import json
 import secrets
+import time
+import urllib.error
+import urllib.request
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -11,12 +14,15 @@ from airflow.providers.apache.spark.hooks.spark_submit import SparkSubmitHook
 from airflow.sdk import ObjectStoragePath
 
 from airflow_provider_hvd.get_provider_info import CONN_FIELDS, UI_FIELD_BEHAVIOUR
+from airflow_provider_hvd.runner.driver.log_shipper import LogTail
 from airflow_provider_hvd.runner.errors import PayloadError
 from airflow_provider_hvd.runner.spark_app import APPLICATION_MARKER
 from airflow_provider_hvd.version_compat import AirflowNotFoundException, BaseHook, mask_secret
 
 DEFAULT_STORAGE = "file:///tmp/airflow-provider-hvd"
 LOCAL_MASTER = "local[*]"
+# A standalone master's driver states (its REST server's driverState) after which nothing more happens.
+DRIVER_ENDED = frozenset({"FINISHED", "FAILED", "KILLED", "ERROR"})
 
 
 class HorovodHook(BaseHook):
@@ -155,8 +161,15 @@ class HorovodSparkSubmitHook(SparkSubmitHook):
     ``deploy_mode``), and has no public way to change or read the master. Overriding that
     method is the one place to check the connection and set the master before the hook builds
     spark-submit's command. ``_process_spark_submit_log(itr)`` is where the hook reads
-    spark-submit's output line by line, the one place to see a line as it comes.
+    spark-submit's output line by line, the one place to see a line as it comes (the driver's
+    shipped output goes through it too, in standalone cluster mode). In that mode the provider
+    sets ``_should_track_driver_status``, keeps the driver's submission id it read from that
+    output in ``_driver_id`` and the master's REST server in ``_connection["rest_endpoint"]``;
+    it polls and kills through /usr/bin/curl, which ``follow_driver`` and ``on_kill`` replace.
     tests/test_private_apis.py fails, naming them, if a provider release changes them.
+
+    It also follows a standalone cluster-mode driver (the provider's own status tracking is not
+    called by its submit() in 6.3): ``check_rest_server``, ``follow_driver``, ``kill_driver``.
     """
 
     # What ``conn_id=None`` resolves: a name no deployment uses, so the provider's own lookup
@@ -211,6 +224,102 @@ class HorovodSparkSubmitHook(SparkSubmitHook):
     @property
     def master(self) -> str:
         return self._connection["master"]
+
+    # ---- standalone cluster mode: the driver runs on a worker; followed through the master's REST server ----
+
+    @property
+    def driver_id(self) -> str | None:
+        """The driver's submission id on a standalone master (cluster mode), once spark-submit said it."""
+        return self._driver_id
+
+    @property
+    def rest_endpoint(self) -> str:
+        """The standalone master's REST server, as the Spark provider builds it (the connection's
+        ``rest-scheme`` and ``rest-port`` extras, http and 6066 by default)."""
+        endpoint = self._connection.get("rest_endpoint")
+        if not endpoint:
+            raise ValueError(f"no REST endpoint for master {self.master!r}: standalone cluster mode only")
+        return endpoint
+
+    def _rest(self, method: str, path: str) -> dict[str, Any]:
+        request = urllib.request.Request(f"{self.rest_endpoint}/v1/submissions/{path}", method=method)
+        with urllib.request.urlopen(request, timeout=30) as response:
+            return json.loads(response.read())
+
+    def check_rest_server(self) -> None:
+        """Fail now, saying what to change, when the master's REST server does not answer: without it
+        a cluster-mode driver could be started but neither followed nor killed."""
+        try:
+            self._rest("GET", "status/hvd-probe")
+        except urllib.error.HTTPError:
+            return  # it answered
+        except (OSError, ValueError) as exc:
+            raise ValueError(
+                f"the Spark master's REST server at {self.rest_endpoint} does not answer ({exc}). Deploy mode "
+                f"'cluster' on a standalone master follows and kills the driver through it: start the master with "
+                f"spark.master.rest.enabled=true (SPARK_MASTER_OPTS=-Dspark.master.rest.enabled=true), and set the "
+                f"Spark connection's rest-port extra if it is not 6066; or use deploy_mode 'client'.") from None
+
+    def driver_state(self, driver_id: str) -> str:
+        """The master's state of the driver: SUBMITTED, RUNNING, FINISHED, FAILED, KILLED, ERROR,
+        RELAUNCHING, UNKNOWN; NOT_FOUND when the master does not know it."""
+        try:
+            status = self._rest("GET", f"status/{driver_id}")
+        except urllib.error.HTTPError as exc:
+            status = json.loads(exc.read() or b"{}")
+        if not status.get("success", False) or "driverState" not in status:
+            return "NOT_FOUND"
+        return str(status["driverState"])
+
+    def kill_driver(self, driver_id: str) -> None:
+        try:
+            reply = self._rest("POST", f"kill/{driver_id}")
+        except (OSError, ValueError) as exc:
+            self.log.warning("Could not ask %s to kill driver %s: %s", self.rest_endpoint, driver_id, exc)
+            return
+        self.log.info("Asked the Spark master to kill driver %s: %s", driver_id, reply.get("message", reply))
+
+    def follow_driver(self, driver_id: str, log_dir: str, poll_interval: float = 2.0,
+                      unreachable_limit: float = 120.0) -> str:
+        """Until the driver ends: its output (shipped to ``log_dir`` by runner/driver/log_shipper.py)
+        into this task's log, line by line as the client-mode driver's would come; returns its final
+        state. The master unreachable for ``unreachable_limit`` seconds in a row is an error naming it."""
+        tail = LogTail(log_dir)
+        self.log.info("Following Spark driver %s through %s; its output comes from %s", driver_id,
+                      self.rest_endpoint, log_dir)
+        unreachable_since: float | None = None
+        state = last = None
+        while True:
+            try:
+                state = self.driver_state(driver_id)
+                unreachable_since = None
+            except (OSError, ValueError) as exc:
+                unreachable_since = unreachable_since or time.monotonic()
+                if time.monotonic() - unreachable_since > unreachable_limit:
+                    raise OSError(f"the Spark master's REST server at {self.rest_endpoint} has not answered for "
+                                  f"{unreachable_limit:.0f} s ({exc}); driver {driver_id} may still be running: "
+                                  f"kill it there if it is") from None
+            ended = state in DRIVER_ENDED or state == "NOT_FOUND"
+            self._process_spark_submit_log(iter(tail.read_new(final=ended)))
+            if state != last:
+                self.log.info("Spark driver %s: %s", driver_id, state)
+                last = state
+            if ended:
+                return str(state)
+            time.sleep(poll_interval)
+
+    def on_kill(self) -> None:
+        """The Spark provider's, except that a standalone cluster-mode driver is killed through the
+        master's REST server from Python (the provider runs /usr/bin/curl, absent from slim images)."""
+        if self._should_track_driver_status and self._driver_id:
+            driver_id, self._driver_id = self._driver_id, None
+            self.kill_driver(driver_id)
+            try:
+                super().on_kill()  # spark-submit itself, if it still runs
+            finally:
+                self._driver_id = driver_id
+            return
+        super().on_kill()
 
     @property
     def deploy_mode(self) -> str | None:

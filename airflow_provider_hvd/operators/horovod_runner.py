@@ -65,10 +65,14 @@ class HorovodRunnerOperator(BaseOperator):
         one is an error naming it (never a silent fallback). ``None`` trains on Spark ``local[*]``
         on the Airflow worker, as does a connection whose host is ``local[*]``.
     :param deploy_mode: ``client`` (the Spark driver runs on the Airflow worker) or ``cluster``
-        (on the cluster: YARN and Kubernetes); default: the Spark connection's ``deploy-mode``
-        extra, else ``client``. The signing key reaches the driver in either without a command
-        line or a Spark property (utils/driver_delivery.py). Cluster mode needs object storage
-        (a local ``storage_path`` is refused: the driver runs on another host).
+        (on the cluster: a standalone master's worker, YARN, Kubernetes); default: the Spark
+        connection's ``deploy-mode`` extra, else ``client``. The signing key reaches the driver in
+        either without a command line or a Spark property (utils/driver_delivery.py). Cluster mode
+        needs object storage (a local ``storage_path`` is refused: the driver runs on another host).
+        On a standalone master, cluster mode also needs the master's REST server
+        (``spark.master.rest.enabled=true``): the task follows the driver by its submission id
+        (XCom ``spark_driver_id``), the driver's output comes through storage
+        (``<try prefix>/driver-log/``), and killing the task kills the driver and so every rank.
     :param gpus_per_executor: GPUs each Spark executor offers; sets Spark's GPU scheduling so that
         each rank (barrier task) holds one GPU (``spark.executor.resource.gpu.amount``,
         ``spark.task.resource.gpu.amount=1``; on Kubernetes also the ``nvidia.com`` vendor). Default:
@@ -194,6 +198,9 @@ class HorovodRunnerOperator(BaseOperator):
                                             kubernetes_secret=kubernetes_secret)
         prefix = self.try_prefix(context)
         driver_delivery.check_storage(str(prefix), deploy_mode)
+        standalone_cluster = deploy_mode == "cluster" and driver_delivery.cluster_kind(master) == "standalone"
+        if standalone_cluster:
+            where.check_rest_server()
         key = self.hook.signing_key()
 
         sealed = payload.seal(payload.dumps_call(self.python_callable, self.op_kwargs), key, payload.KIND_CALL)
@@ -217,6 +224,9 @@ class HorovodRunnerOperator(BaseOperator):
         options = self.runner_options()
         args = ["--payload", plain_url(payload_path), "--result", plain_url(result_path), "--np", str(np),
                 "--options", json.dumps(options)]
+        driver_log = prefix / "driver-log"
+        if standalone_cluster:  # the driver's stdout stays on a worker: it ships its output to storage
+            args += ["--log-dir", plain_url(driver_log)]
         if self.timeline:
             timeline_path = prefix / "timeline.json" if self.timeline is True else ObjectStoragePath(self.timeline)
             args += ["--timeline", plain_url(timeline_path)]
@@ -233,16 +243,32 @@ class HorovodRunnerOperator(BaseOperator):
             driver_env["PATH"] = os.path.dirname(sys.executable) + os.pathsep + os.environ.get("PATH", "")
         with driver_delivery.key_file(key) as key_path:
             delivery = driver_delivery.plan(master, deploy_mode, key_path=key_path, driver_env=driver_env,
-                                            kubernetes_secret=kubernetes_secret)
+                                            kubernetes_secret=kubernetes_secret, key=key,
+                                            cluster_app=self.hook.setting("cluster_spark_app", None),
+                                            cluster_jar=self.hook.setting("cluster_spark_jar", None))
             self._submit_hook = self._make_submit_hook(args, delivery, context, master, deploy_mode, all_in_one)
             self.log.info("Submitting the Horovod application (np=%d) to Spark master %s, deploy mode %s", np,
                           self._submit_hook.master, deploy_mode)
             try:
-                self._submit_hook.submit(application=os.path.abspath(spark_app.__file__),
+                self._submit_hook.submit(application=delivery.application,
                                          env=driver_delivery.submit_environment(key, delivery))
             except AirflowException as exc:
                 raise AirflowException(self._failure_message(result_path) or str(exc)) from exc
+        if standalone_cluster:
+            self._follow_driver(ti, plain_url(driver_log), result_path)
         return self._read_result(result_path, key)
+
+    def _follow_driver(self, ti: Any, log_dir: str, result_path: ObjectStoragePath) -> None:
+        """Standalone cluster mode: spark-submit has returned once the master placed the driver on a
+        worker; follow it by its submission id until it ends, its output into this task's log."""
+        hook = self._submit_hook
+        assert hook is not None and hook.driver_id, "spark-submit said no driver id (the hook raises first)"
+        ti.xcom_push(key="spark_driver_id", value=hook.driver_id)
+        state = hook.follow_driver(hook.driver_id, log_dir)
+        if state != "FINISHED":
+            raise AirflowException(self._failure_message(result_path) or
+                                   f"Spark driver {hook.driver_id} ended {state} without a result (its own log is "
+                                   f"in the work directory of the worker that ran it)")
 
     def _publish_link(self, ti: Any, link: type, url: str) -> None:
         """Show the link in the UI now, while training runs (Airflow itself pushes links only at the end)."""
@@ -291,7 +317,8 @@ class HorovodRunnerOperator(BaseOperator):
         # configuration (WARN, plus the line with the Spark UI's address). The one switch back:
         # conf={"spark.log.level": "INFO"} (or DEBUG, ...) leaves Spark's own configuration in place.
         level = str(conf.setdefault("spark.log.level", "WARN")).upper()
-        if level in ("WARN", "ERROR", "FATAL", "OFF"):
+        # In cluster mode the driver's JVM log stays on the cluster, whose hosts may not have this path.
+        if level in ("WARN", "ERROR", "FATAL", "OFF") and deploy_mode == "client":
             option = f"-Dlog4j2.configurationFile=file:{spark_app.LOG4J2_CONFIG}"
             existing = str(conf.get("spark.driver.extraJavaOptions", ""))
             if "log4j2.configurationFile" not in existing:  # the user's own configuration wins
@@ -305,7 +332,8 @@ class HorovodRunnerOperator(BaseOperator):
         return HorovodSparkSubmitHook(
             conn_id=self.spark_conn_id, deploy_mode=deploy_mode, conf=conf,
             name=f"horovod-{ti.dag_id}-{ti.task_id}", on_application=lambda info: self._on_application(ti, info),
-            application_args=args, files=",".join(delivery.files) or None)
+            application_args=[*delivery.leading_args, *args], java_class=delivery.main_class,
+            files=",".join(delivery.files) or None)
 
     def _resume_from(self, context: Context) -> str | None:
         wanted = self.resume_from_checkpoint

@@ -7,7 +7,8 @@ here as it is in the operator, and one left out takes its default.
 
 No Airflow import: it runs wherever spark-submit puts the driver. The signing key
 never arrives on the command line: a file named by HVD_SIGNING_KEY_FILE (read, then
-deleted) or, from a Kubernetes Secret, HVD_SIGNING_KEY (hex); utils/driver_delivery.py
+deleted) or HVD_SIGNING_KEY (hex: from a Kubernetes Secret, or from spark-submit's
+environment on a standalone cluster); utils/driver_delivery.py
 says which mode uses which. Both names leave the environment before any user code
 runs, as does the ranks' extra environment (HVD_RANK_ENV_JSON). The payload is
 verified with the key before it is unpickled; rank 0's value is sealed with it and
@@ -39,7 +40,8 @@ APPLICATION_MARKER = "HVD-SPARK-APPLICATION "
 
 
 def _die_with_parent() -> None:
-    # spark-submit's JVM is our parent; when Airflow's on_kill kills it, we go too,
+    # The driver's JVM is our parent (spark-submit's in client mode, the worker's DriverWrapper in
+    # standalone cluster mode); when on_kill kills it (or the driver), we go too,
     # and closing our driver service then stops every rank.
     from airflow_provider_hvd.runner.common.lifetime import die_with_parent
 
@@ -82,6 +84,8 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("--result", required=True)
     parser.add_argument("--np", type=int, required=True)
     parser.add_argument("--timeline")
+    parser.add_argument("--log-dir", help="also ship this driver's output to numbered chunks under this URL "
+                        "(cluster deploy mode: no one reads the driver's stdout; runner/driver/log_shipper.py)")
     parser.add_argument("--options", type=runner_options, default={},
                         help="HorovodRunner's options as a JSON object: " + ", ".join(defaults.OPTIONS))
     return parser.parse_args(argv)
@@ -104,6 +108,11 @@ def runner_options(text: str) -> dict:
 def main(argv: list[str] | None = None) -> int:
     _die_with_parent()
     args = parse_args(sys.argv[1:] if argv is None else argv)
+    shipper = None
+    if args.log_dir:
+        from airflow_provider_hvd.runner.driver.log_shipper import LogShipper
+
+        shipper = LogShipper(args.log_dir).start()  # before logging binds to sys.stdout
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s",
                         stream=sys.stdout)
     import cloudpickle
@@ -141,6 +150,8 @@ def main(argv: list[str] | None = None) -> int:
     finally:
         if spark is not None:
             spark.stop()
+        if shipper is not None:
+            shipper.close()
 
 
 if __name__ == "__main__":

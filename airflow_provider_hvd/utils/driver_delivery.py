@@ -17,7 +17,20 @@ environment page record those):
   (``spark.kubernetes.driver.secretKeyRef.HVD_SIGNING_KEY=<secret>:<key>``), named by the ``horovod``
   connection's ``kubernetes_secret`` field; that Secret holds the connection's signing key. A key
   made for one run cannot get there without a command line or a pod spec, so this mode needs one.
-- **standalone cluster mode** is refused: spark-submit does not run Python applications there.
+- **standalone cluster mode**: spark-submit refuses Python applications there, so it submits
+  Spark's own ``org.apache.spark.deploy.PythonRunner`` (what it runs for a ``.py`` in client mode)
+  with spark_app.py as its first argument; the primary resource is a jar every Spark host has
+  (spark-core's). Spark's standalone client hands spark-submit's whole environment to the driver
+  over Spark RPC (``spark.authenticate`` and ``spark.network.crypto.enabled`` keep that private to
+  the cluster), so the key travels as ``HVD_SIGNING_KEY`` there; it reaches the environment of the
+  driver's two processes (the worker's DriverWrapper JVM and its Python child, which drops it
+  before user code runs) and nothing else: no rank or executor inherits it, no log, command line
+  or Spark property shows it. The legacy RPC client is forced (``spark.master.rest.enabled=false``
+  for the submission): the REST client sends SPARK_* variables only, in the clear. Variables
+  named ``AIRFLOW*`` (connections, Airflow's own secrets) are left out of that environment.
+  The operator follows the driver through the master's REST server (``spark.master.rest.enabled``
+  on the master, port ``rest-port`` of the Spark connection, 6066 by default), as the Spark
+  provider does, and the driver's output through storage (runner/driver/log_shipper.py).
 
 The driver's other environment (the ranks' extra environment, unbuffered output) goes the way each
 mode has for it: spark-submit's environment in client mode, ``spark.yarn.appMasterEnv.*`` or
@@ -27,6 +40,8 @@ which puts them on the command line for YARN and Kubernetes even in client mode.
 
 from __future__ import annotations
 
+import glob
+import logging
 import os
 import shutil
 import tempfile
@@ -34,11 +49,18 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 
+from airflow_provider_hvd.runner import spark_app
 from airflow_provider_hvd.runner.spark_app import SIGNING_KEY_ENV, SIGNING_KEY_FILE_ENV
+
+log = logging.getLogger(__name__)
 
 DEPLOY_MODES = ("client", "cluster")
 # The key file's name in a YARN container's working directory.
 YARN_KEY_NAME = "hvd-signing-key"
+# Spark's per-host address settings: wrong on any other host.
+HOST_BOUND_ENV = ("SPARK_LOCAL_IP", "SPARK_LOCAL_HOSTNAME", "SPARK_PUBLIC_DNS")
+# What spark-submit runs for a Python application; named here for standalone cluster mode.
+PYTHON_RUNNER = "org.apache.spark.deploy.PythonRunner"
 
 
 @dataclass
@@ -48,6 +70,13 @@ class DriverDelivery:
     conf: dict[str, str] = field(default_factory=dict)
     files: list[str] = field(default_factory=list)
     submit_env: dict[str, str] = field(default_factory=dict)
+    # Standalone cluster mode: spark-submit's environment goes to the driver on the cluster.
+    environment_travels: bool = False
+    # What spark-submit runs: spark_app.py itself, or (standalone cluster) PythonRunner from a jar
+    # with spark_app.py and its (empty) --py-files list as the first arguments.
+    application: str = field(default_factory=lambda: os.path.abspath(spark_app.__file__))
+    main_class: str | None = None
+    leading_args: list[str] = field(default_factory=list)
 
 
 def cluster_kind(master: str) -> str:
@@ -80,10 +109,10 @@ def check(master: str, deploy_mode: str | None, *, connection_key: bool, kuberne
     if kind == "local":
         raise ValueError(f"deploy_mode 'cluster' needs a cluster, and the Spark master is {master!r}: use "
                          "deploy_mode 'client' (the default) for local Spark")
-    if kind == "standalone":
-        raise ValueError(f"deploy_mode 'cluster' on a standalone master ({master}): spark-submit does not run "
-                         "Python applications in standalone cluster mode. Use deploy_mode 'client' (the driver "
-                         "runs on the Airflow worker).")
+    if kind == "standalone" and "," in master:
+        raise ValueError(f"deploy_mode 'cluster' on a standalone master with standby masters ({master}): the "
+                         "operator follows the driver through one master's REST server. Name the active master, or "
+                         "use deploy_mode 'client'.")
     if kind == "kubernetes":
         if not connection_key:
             raise ValueError("deploy_mode 'cluster' on Kubernetes needs the horovod connection's signing key (its "
@@ -152,15 +181,47 @@ def submit_environment(key: bytes, delivery: DriverDelivery) -> dict[str, str]:
     key_hex = key.hex()
     kept = {name: value for name, value in os.environ.items()
             if key_hex not in value.lower() and key_hex not in name.lower()}
+    if delivery.environment_travels:  # to the cluster: Airflow's connections and settings stay here
+        kept = {name: value for name, value in kept.items() if not name.lstrip("_").startswith("AIRFLOW")}
+        bound = sorted(set(kept) & set(HOST_BOUND_ENV))
+        if bound:
+            log.warning("%s set here will reach the Spark driver on the cluster (Spark's standalone client sends "
+                        "spark-submit's environment along), binding it to this host's address: unset them on the "
+                        "Airflow worker unless that address is right for the driver too", ", ".join(bound))
     return {**kept, **delivery.submit_env}
 
 
+def spark_core_jar() -> str:
+    """A jar every Spark host has, as standalone cluster mode's primary resource: spark-core's, at the
+    path this pyspark has it (the training image and the Airflow image install the same pyspark)."""
+    import pyspark
+
+    found = sorted(glob.glob(os.path.join(os.path.dirname(pyspark.__file__), "jars", "spark-core_*.jar")))
+    if not found:
+        raise ValueError("deploy_mode 'cluster' on a standalone master needs a Spark jar as the primary resource "
+                         "and this pyspark has no jars/spark-core_*.jar: set the horovod connection's "
+                         "cluster_spark_jar field to a jar path every Spark host has")
+    return found[0]
+
+
 def plan(master: str, deploy_mode: str, *, key_path: str, driver_env: dict[str, str],
-         kubernetes_secret: str | None = None) -> DriverDelivery:
-    """The delivery for a checked (``check``) master and deploy mode."""
+         kubernetes_secret: str | None = None, key: bytes | None = None, cluster_app: str | None = None,
+         cluster_jar: str | None = None) -> DriverDelivery:
+    """The delivery for a checked (``check``) master and deploy mode. Standalone cluster mode also
+    takes ``key`` and, where the cluster's hosts have them elsewhere than this host, the path of
+    spark_app.py (``cluster_app``) and of a Spark jar (``cluster_jar``) there."""
     kind = cluster_kind(master)
     if deploy_mode == "client":
         return DriverDelivery(submit_env={**driver_env, SIGNING_KEY_FILE_ENV: key_path})
+    if kind == "standalone":
+        if key is None:
+            raise ValueError("standalone cluster mode hands the key itself to spark-submit's environment: pass key")
+        jar = cluster_jar or spark_core_jar()
+        return DriverDelivery(
+            submit_env={**driver_env, SIGNING_KEY_ENV: key.hex()}, environment_travels=True,
+            conf={"spark.master.rest.enabled": "false"},  # the RPC client: it forwards the environment
+            application=jar if "://" in jar or jar.startswith("file:") else f"file:{jar}", main_class=PYTHON_RUNNER,
+            leading_args=[cluster_app or os.path.abspath(spark_app.__file__), ""])
     if kind == "yarn":
         conf = {f"spark.yarn.appMasterEnv.{name}": value for name, value in driver_env.items()}
         conf[f"spark.yarn.appMasterEnv.{SIGNING_KEY_FILE_ENV}"] = YARN_KEY_NAME

@@ -1,5 +1,6 @@
 """Test DAG: a short training whose signing key must show up in no command line, environment, log,
-event log or Spark UI (tests/test_key_secrecy.py); also submitted to YARN (tests/test_deploy_modes.py)."""
+event log or Spark UI (tests/test_key_secrecy.py); also submitted to YARN (tests/test_deploy_modes.py) and
+killed mid-run in standalone cluster mode (tests/test_cluster_mode.py)."""
 
 from __future__ import annotations
 
@@ -33,8 +34,10 @@ def allreduce_for_a_while(marker_dir, seconds=6.0):
 @dag(schedule=None, start_date=pendulum.datetime(2026, 1, 1, tz="UTC"), catchup=False)
 def hvd_key_secrecy():
     HorovodRunnerOperator(
-        task_id="train", python_callable=allreduce_for_a_while, np=2,
-        op_kwargs={"marker_dir": os.environ.get("HVD_TEST_MARKERS", "/tmp")},
+        task_id="train", python_callable=allreduce_for_a_while, np=int(os.environ.get("HVD_TEST_NP", "2")),
+        slot_wait_timeout=os.environ.get("HVD_TEST_SLOT_WAIT") or None,
+        op_kwargs={"marker_dir": os.environ.get("HVD_TEST_MARKERS", "/tmp"),
+                   "seconds": float(os.environ.get("HVD_TEST_SECONDS", "6"))},
         spark_conn_id=os.environ.get("HVD_TEST_SPARK_CONN", "spark_default"),
         deploy_mode=os.environ.get("HVD_TEST_DEPLOY_MODE") or None,
         gpus_per_executor=int(os.environ.get("HVD_TEST_GPUS_PER_EXECUTOR", "0")) or None,
