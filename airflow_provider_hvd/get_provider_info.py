@@ -118,7 +118,8 @@ def get_provider_info() -> dict:
             {"integration-name": "Horovod", "python-modules": ["airflow_provider_hvd.sensors.horovod_artifact"]},
         ],
         "triggers": [
-            {"integration-name": "Horovod", "python-modules": ["airflow_provider_hvd.triggers.horovod_artifact"]},
+            {"integration-name": "Horovod", "python-modules": ["airflow_provider_hvd.triggers.horovod_artifact",
+                                                                   "airflow_provider_hvd.triggers.horovod_driver"]},
         ],
         "extra-links": [
             "airflow_provider_hvd.links.horovod.SparkUILink",

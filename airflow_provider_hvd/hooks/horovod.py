@@ -5,8 +5,6 @@ from __future__ import annotations
 import json
 import secrets
 import time
-import urllib.error
-import urllib.request
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -17,12 +15,11 @@ from airflow_provider_hvd.get_provider_info import CONN_FIELDS, UI_FIELD_BEHAVIO
 from airflow_provider_hvd.runner.driver.log_shipper import LogTail
 from airflow_provider_hvd.runner.errors import PayloadError
 from airflow_provider_hvd.runner.spark_app import APPLICATION_MARKER
+from airflow_provider_hvd.utils import standalone_master
 from airflow_provider_hvd.version_compat import AirflowNotFoundException, BaseHook, mask_secret
 
 DEFAULT_STORAGE = "file:///tmp/airflow-provider-hvd"
 LOCAL_MASTER = "local[*]"
-# A standalone master's driver states (its REST server's driverState) after which nothing more happens.
-DRIVER_ENDED = frozenset({"FINISHED", "FAILED", "KILLED", "ERROR"})
 
 
 class HorovodHook(BaseHook):
@@ -241,18 +238,11 @@ class HorovodSparkSubmitHook(SparkSubmitHook):
             raise ValueError(f"no REST endpoint for master {self.master!r}: standalone cluster mode only")
         return endpoint
 
-    def _rest(self, method: str, path: str) -> dict[str, Any]:
-        request = urllib.request.Request(f"{self.rest_endpoint}/v1/submissions/{path}", method=method)
-        with urllib.request.urlopen(request, timeout=30) as response:
-            return json.loads(response.read())
-
     def check_rest_server(self) -> None:
         """Fail now, saying what to change, when the master's REST server does not answer: without it
         a cluster-mode driver could be started but neither followed nor killed."""
         try:
-            self._rest("GET", "status/hvd-probe")
-        except urllib.error.HTTPError:
-            return  # it answered
+            standalone_master.driver_state(self.rest_endpoint, "hvd-probe")  # any answer will do
         except (OSError, ValueError) as exc:
             raise ValueError(
                 f"the Spark master's REST server at {self.rest_endpoint} does not answer ({exc}). Deploy mode "
@@ -261,23 +251,15 @@ class HorovodSparkSubmitHook(SparkSubmitHook):
                 f"Spark connection's rest-port extra if it is not 6066; or use deploy_mode 'client'.") from None
 
     def driver_state(self, driver_id: str) -> str:
-        """The master's state of the driver: SUBMITTED, RUNNING, FINISHED, FAILED, KILLED, ERROR,
-        RELAUNCHING, UNKNOWN; NOT_FOUND when the master does not know it."""
-        try:
-            status = self._rest("GET", f"status/{driver_id}")
-        except urllib.error.HTTPError as exc:
-            status = json.loads(exc.read() or b"{}")
-        if not status.get("success", False) or "driverState" not in status:
-            return "NOT_FOUND"
-        return str(status["driverState"])
+        return standalone_master.driver_state(self.rest_endpoint, driver_id)
 
     def kill_driver(self, driver_id: str) -> None:
         try:
-            reply = self._rest("POST", f"kill/{driver_id}")
+            answer = standalone_master.kill_driver(self.rest_endpoint, driver_id)
         except (OSError, ValueError) as exc:
             self.log.warning("Could not ask %s to kill driver %s: %s", self.rest_endpoint, driver_id, exc)
             return
-        self.log.info("Asked the Spark master to kill driver %s: %s", driver_id, reply.get("message", reply))
+        self.log.info("Asked the Spark master to kill driver %s: %s", driver_id, answer)
 
     def follow_driver(self, driver_id: str, log_dir: str, poll_interval: float = 2.0,
                       unreachable_limit: float = 120.0) -> str:
@@ -299,7 +281,7 @@ class HorovodSparkSubmitHook(SparkSubmitHook):
                     raise OSError(f"the Spark master's REST server at {self.rest_endpoint} has not answered for "
                                   f"{unreachable_limit:.0f} s ({exc}); driver {driver_id} may still be running: "
                                   f"kill it there if it is") from None
-            ended = state in DRIVER_ENDED or state == "NOT_FOUND"
+            ended = state in standalone_master.DRIVER_ENDED
             self._process_spark_submit_log(iter(tail.read_new(final=ended)))
             if state != last:
                 self.log.info("Spark driver %s: %s", driver_id, state)

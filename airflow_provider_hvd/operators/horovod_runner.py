@@ -25,8 +25,9 @@ from airflow_provider_hvd.runner.checkpoint import (
 from airflow_provider_hvd.runner.driver.timeline_publisher import live_view_location
 from airflow_provider_hvd.runner.errors import PayloadError
 from airflow_provider_hvd.runner.wire import payload
+from airflow_provider_hvd.triggers.horovod_driver import HorovodDriverTrigger
 from airflow_provider_hvd.utils import driver_delivery
-from airflow_provider_hvd.version_compat import AirflowException
+from airflow_provider_hvd.version_compat import AirflowException, conf
 
 
 def _is_template(value: object) -> bool:
@@ -73,6 +74,12 @@ class HorovodRunnerOperator(BaseOperator):
         (``spark.master.rest.enabled=true``): the task follows the driver by its submission id
         (XCom ``spark_driver_id``), the driver's output comes through storage
         (``<try prefix>/driver-log/``), and killing the task kills the driver and so every rank.
+    :param deferrable: where the driver runs on the cluster (standalone cluster mode), hand the
+        task to the triggerer once the driver is placed (HorovodDriverTrigger: the driver's state
+        and its shipped output into the task log), so no worker slot is held while training runs;
+        the task resumes to read rank 0's result. Needs the horovod connection's signing key (a
+        key made for one run is gone when the task resumes). In client mode the driver lives in
+        this task, which therefore stays. Default: Airflow's ``[operators] default_deferrable``.
     :param gpus_per_executor: GPUs each Spark executor offers; sets Spark's GPU scheduling so that
         each rank (barrier task) holds one GPU (``spark.executor.resource.gpu.amount``,
         ``spark.task.resource.gpu.amount=1``; on Kubernetes also the ``nvidia.com`` vendor). Default:
@@ -133,6 +140,7 @@ class HorovodRunnerOperator(BaseOperator):
 
     def __init__(self, *, python_callable: Callable[..., Any], np: int | str, op_kwargs: dict[str, Any] | None = None,
                  spark_conn_id: str | None = "spark_default", deploy_mode: str | None = None,
+                 deferrable: bool = conf.getboolean("operators", "default_deferrable", fallback=False),
                  gpus_per_executor: int | None = None, gpu_discovery_script: str | None = None,
                  horovod_conn_id: str = HorovodHook.default_conn_name,
                  storage_path: str | None = None, timeline: bool | str = False,
@@ -156,6 +164,7 @@ class HorovodRunnerOperator(BaseOperator):
         driver_delivery.check_deploy_mode(deploy_mode)
         driver_delivery.check_gpus(gpus_per_executor, gpu_discovery_script)
         self.deploy_mode = deploy_mode
+        self.deferrable = deferrable
         self.gpus_per_executor = gpus_per_executor
         self.gpu_discovery_script = gpu_discovery_script
         self.horovod_conn_id = horovod_conn_id
@@ -201,6 +210,16 @@ class HorovodRunnerOperator(BaseOperator):
         standalone_cluster = deploy_mode == "cluster" and driver_delivery.cluster_kind(master) == "standalone"
         if standalone_cluster:
             where.check_rest_server()
+        deferring = self.deferrable and standalone_cluster
+        if deferring and not self.hook.has_signing_key():
+            raise ValueError(f"deferrable=True needs the signing key of connection {self.horovod_conn_id!r}: the task "
+                             "resumes in a new process, where a key made for this run alone is gone and rank 0's "
+                             "result could not be verified. Set one (its password: python -c 'import secrets; "
+                             "print(secrets.token_hex(32))') or pass deferrable=False.")
+        if self.deferrable and not standalone_cluster:
+            self.log.info("deferrable: the Spark driver runs in this task (deploy mode %s on %s), so the task stays "
+                          "until training ends; deploy_mode='cluster' on a standalone master defers", deploy_mode,
+                          master)
         key = self.hook.signing_key()
 
         sealed = payload.seal(payload.dumps_call(self.python_callable, self.op_kwargs), key, payload.KIND_CALL)
@@ -254,9 +273,26 @@ class HorovodRunnerOperator(BaseOperator):
                                          env=driver_delivery.submit_environment(key, delivery))
             except AirflowException as exc:
                 raise AirflowException(self._failure_message(result_path) or str(exc)) from exc
+        if deferring:
+            hook = self._submit_hook
+            ti.xcom_push(key="spark_driver_id", value=hook.driver_id)
+            self.log.info("Spark driver %s placed on the cluster: handing this task to the triggerer until it ends",
+                          hook.driver_id)
+            self.defer(trigger=HorovodDriverTrigger(rest_endpoint=hook.rest_endpoint, driver_id=hook.driver_id,
+                                                    log_dir=plain_url(driver_log)),
+                       method_name="execute_complete")
         if standalone_cluster:
             self._follow_driver(ti, plain_url(driver_log), result_path)
         return self._read_result(result_path, key)
+
+    def execute_complete(self, context: Context, event: dict[str, Any]) -> Any:
+        """Back from the triggerer: the driver has ended; rank 0's result, verified with the connection's key."""
+        path = self.try_prefix(context) / "result.hvd"  # the same try: where execute told the driver to write
+        if event.get("state") != "FINISHED":
+            raise AirflowException(self._failure_message(path) or
+                                   f"Spark driver {event.get('driver_id')} ended {event.get('state')} without a result "
+                                   f"(its own log is in the work directory of the worker that ran it)")
+        return self._read_result(path, self.hook.signing_key())
 
     def _follow_driver(self, ti: Any, log_dir: str, result_path: ObjectStoragePath) -> None:
         """Standalone cluster mode: spark-submit has returned once the master placed the driver on a
