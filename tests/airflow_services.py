@@ -69,9 +69,7 @@ class AirflowServices:
         self.logs.mkdir(parents=True, exist_ok=True)
         try:
             for name in SERVICES:
-                with open(self.logs / f"{name}.log", "wb") as out:
-                    self.procs[name] = subprocess.Popen([AIRFLOW, name], env=self.env, stdout=out,
-                                                        stderr=subprocess.STDOUT, start_new_session=True)
+                self.start(name)
             self.wait_healthy()
         except BaseException:
             self.stop()
@@ -80,6 +78,21 @@ class AirflowServices:
 
     def __exit__(self, *exc) -> None:
         self.stop()
+
+    def start(self, name: str) -> None:
+        """Start one service (again, after ``kill``: its log goes on in the same file)."""
+        with open(self.logs / f"{name}.log", "ab") as out:
+            self.procs[name] = subprocess.Popen([AIRFLOW, name], env=self.env, stdout=out,
+                                                stderr=subprocess.STDOUT, start_new_session=True)
+
+    def kill(self, name: str) -> None:
+        """SIGKILL to the service's whole process group, as a host that dies or an OOM kill would do it."""
+        proc = self.procs[name]
+        try:
+            os.killpg(proc.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        proc.wait()
 
     def log(self, name: str) -> str:
         return (self.logs / f"{name}.log").read_text(errors="replace")

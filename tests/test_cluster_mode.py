@@ -113,3 +113,77 @@ def test_a_driver_that_fails_fails_the_task_with_the_runners_message(airflow, tm
     assert "Spark driver driver-" in out and ": FAILED" in out, out[-4000:]
     # The runner's message, shipped from the driver's error report, is the task's error.
     assert "HorovodRunner(np=9) needs 9 task slots at once" in out, out[-4000:]
+
+
+def test_deferrable_hands_the_running_driver_to_a_trigger_and_resumes_with_rank_0s_value(airflow, tmp_path, cluster,
+                                                                                       s3_bucket, no_leftovers):
+    """`airflow dags test` runs the trigger in its own process, as the triggerer would: the task defers once
+    the driver is placed, the trigger relays the driver's output, the task resumes and verifies the result."""
+    env = task_env(airflow, tmp_path, cluster, s3_bucket, HVD_TEST_DEFERRABLE="1")
+    done = subprocess.run([AIRFLOW, "dags", "test", "hvd_key_secrecy"], env=env, capture_output=True, text=True,
+                          timeout=600)
+    out = done.stdout + done.stderr
+    assert done.returncode == 0 and "state=success" in out, out[-5000:]
+    assert "handing this task to the triggerer" in out and "HorovodDriverTrigger" in out, out[-5000:]
+    assert "rank 0 did" in out and "rank 1 did" in out, out[-5000:]  # relayed by the trigger
+    assert "Rank 0 returned {'size': 2" in out, out[-5000:]
+
+
+@pytest.mark.faults
+def test_a_deferred_training_survives_the_airflow_side_being_killed_and_restarted(tmp_path, cluster, s3_bucket, fault,
+                                                                                 no_leftovers):
+    """Airflow as deployed (scheduler with LocalExecutor, triggerer, ... on PostgreSQL): the training task
+    defers while its driver runs on the cluster; the scheduler (with its executor's workers) and the
+    triggerer are SIGKILLed mid-training and started again; the task completes with rank 0's value and
+    no second training starts."""
+    from airflow_services import AirflowServices, cli, service_env
+    from postgres_server import PostgresServer
+
+    record = fault("The scheduler (with its task workers) and the triggerer die while a deferred training runs",
+                   "once restarted, the trigger follows the same driver; the task completes, no second training")
+    home = tmp_path / "airflow"
+    deployment = {k: v for k, v in task_env({"env": {}}, tmp_path, cluster, s3_bucket, HVD_TEST_DEFERRABLE="1",
+                                            HVD_TEST_SECONDS="45").items() if k != "AIRFLOW__CORE__DAGS_FOLDER"}
+    with PostgresServer() as postgres:
+        env = service_env(home, REPO / "tests" / "dags", AIRFLOW__DATABASE__SQL_ALCHEMY_CONN=postgres.url,
+                          **deployment)
+        cli(env, "db", "migrate")
+        cli(env, "dags", "reserialize")
+        with AirflowServices(env, tmp_path / "service-logs") as airflow:
+            airflow.api("PATCH", "/dags/hvd_key_secrecy", {"is_paused": False})
+            run_id = airflow.api("POST", "/dags/hvd_key_secrecy/dagRuns", {"logical_date": None})["dag_run_id"]
+            ti_path = f"/dags/hvd_key_secrecy/dagRuns/{run_id}/taskInstances/train"
+            deadline = time.monotonic() + 240
+            while time.monotonic() < deadline:
+                state = airflow.api("GET", ti_path)["state"]
+                if state == "deferred" and len(list(tmp_path.glob("rank-*.pid"))) == 2:
+                    break
+                assert state not in ("failed", "success"), (state, airflow.log("scheduler")[-3000:])
+                time.sleep(1)
+            else:
+                raise AssertionError(f"never deferred with both ranks running: {state}")
+            record.start()
+            airflow.kill("scheduler")
+            airflow.kill("triggerer")
+            assert len(rank_processes()) == 2  # training goes on without any Airflow process
+            time.sleep(5)
+            airflow.start("triggerer")
+            airflow.start("scheduler")
+            runs = airflow.wait_for_runs("hvd_key_secrecy", 1, timeout=300)
+            ti = airflow.api("GET", ti_path)
+            xcom = airflow.api("GET", f"{ti_path}/xcomEntries/return_value")
+        seconds = record.failed_after()
+    assert runs[0]["state"] == "success" and ti["state"] == "success", (runs, ti)
+    assert ti["try_number"] == 1  # the same try, resumed: no retry
+    value = xcom["value"] if isinstance(xcom["value"], dict) else json.loads(xcom["value"])
+    assert value["size"] == 2 and value["steps"] > 0, xcom
+    drivers = list((tmp_path / "cluster").glob("work*/driver-*"))
+    assert len(drivers) == 1, drivers  # one training: the restarted side attached to it, started none
+    # The ranks' lines reached the task's log through the trigger (its log files, which the UI shows
+    # with the task's): the restarted triggerer's too.
+    trigger_logs = sorted(home.glob("logs/dag_id=hvd_key_secrecy/run_id=*/task_id=train/attempt=1.log.trigger.*"))
+    assert len(trigger_logs) == 2, trigger_logs  # one per triggerer process
+    last = trigger_logs[-1].read_text()
+    assert "rank 0 did" in last and "rank 1 did" in last and f"{drivers[0].name}: FINISHED" in last
+    record.observe(f"task resumed and succeeded {seconds:.0f} s after the kill; one driver ({drivers[0].name})",
+                   seconds)

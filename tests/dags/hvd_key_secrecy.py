@@ -40,6 +40,7 @@ def hvd_key_secrecy():
                    "seconds": float(os.environ.get("HVD_TEST_SECONDS", "6"))},
         spark_conn_id=os.environ.get("HVD_TEST_SPARK_CONN", "spark_default"),
         deploy_mode=os.environ.get("HVD_TEST_DEPLOY_MODE") or None,
+        deferrable=os.environ.get("HVD_TEST_DEFERRABLE") == "1",
         gpus_per_executor=int(os.environ.get("HVD_TEST_GPUS_PER_EXECUTOR", "0")) or None,
         gpu_discovery_script=os.environ.get("HVD_TEST_GPU_DISCOVERY") or None,
         # Spark's own records of the run, searched for the key afterwards.
