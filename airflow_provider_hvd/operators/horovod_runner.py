@@ -273,37 +273,34 @@ class HorovodRunnerOperator(BaseOperator):
                                          env=driver_delivery.submit_environment(key, delivery))
             except AirflowException as exc:
                 raise AirflowException(self._failure_message(result_path) or str(exc)) from exc
-        if deferring:
+        if standalone_cluster:
             hook = self._submit_hook
+            assert hook is not None and hook.driver_id, "spark-submit said no driver id (the hook raises first)"
             ti.xcom_push(key="spark_driver_id", value=hook.driver_id)
+        if deferring:
             self.log.info("Spark driver %s placed on the cluster: handing this task to the triggerer until it ends",
                           hook.driver_id)
             self.defer(trigger=HorovodDriverTrigger(rest_endpoint=hook.rest_endpoint, driver_id=hook.driver_id,
                                                     log_dir=plain_url(driver_log)),
                        method_name="execute_complete")
         if standalone_cluster:
-            self._follow_driver(ti, plain_url(driver_log), result_path)
+            state = self._submit_hook.follow_driver(self._submit_hook.driver_id, plain_url(driver_log))
+            self._check_driver_finished(result_path, self._submit_hook.driver_id, state)
         return self._read_result(result_path, key)
 
     def execute_complete(self, context: Context, event: dict[str, Any]) -> Any:
         """Back from the triggerer: the driver has ended; rank 0's result, verified with the connection's key."""
         path = self.try_prefix(context) / "result.hvd"  # the same try: where execute told the driver to write
-        if event.get("state") != "FINISHED":
-            raise AirflowException(self._failure_message(path) or
-                                   f"Spark driver {event.get('driver_id')} ended {event.get('state')} without a result "
-                                   f"(its own log is in the work directory of the worker that ran it)")
+        self._check_driver_finished(path, event.get("driver_id"), event.get("state"))
         return self._read_result(path, self.hook.signing_key())
 
-    def _follow_driver(self, ti: Any, log_dir: str, result_path: ObjectStoragePath) -> None:
-        """Standalone cluster mode: spark-submit has returned once the master placed the driver on a
-        worker; follow it by its submission id until it ends, its output into this task's log."""
-        hook = self._submit_hook
-        assert hook is not None and hook.driver_id, "spark-submit said no driver id (the hook raises first)"
-        ti.xcom_push(key="spark_driver_id", value=hook.driver_id)
-        state = hook.follow_driver(hook.driver_id, log_dir)
+    def _check_driver_finished(self, result_path: ObjectStoragePath, driver_id: str | None,
+                               state: str | None) -> None:
+        """Standalone cluster mode, followed here or by the trigger: a driver that did not finish fails the
+        task with the runner's own message when it left one."""
         if state != "FINISHED":
             raise AirflowException(self._failure_message(result_path) or
-                                   f"Spark driver {hook.driver_id} ended {state} without a result (its own log is "
+                                   f"Spark driver {driver_id} ended {state} without a result (its own log is "
                                    f"in the work directory of the worker that ran it)")
 
     def _publish_link(self, ti: Any, link: type, url: str) -> None:
