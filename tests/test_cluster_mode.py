@@ -6,6 +6,7 @@ killing the Airflow task kills the driver on the cluster and every rank, and a d
 without a result fails the task with the runner's own message.
 """
 
+import contextlib
 import json
 import os
 import signal
@@ -129,61 +130,185 @@ def test_deferrable_hands_the_running_driver_to_a_trigger_and_resumes_with_rank_
     assert "Rank 0 returned {'size': 2" in out, out[-5000:]
 
 
-@pytest.mark.faults
-def test_a_deferred_training_survives_the_airflow_side_being_killed_and_restarted(tmp_path, cluster, s3_bucket, fault,
-                                                                                 no_leftovers):
-    """Airflow as deployed (scheduler with LocalExecutor, triggerer, ... on PostgreSQL): the training task
-    defers while its driver runs on the cluster; the scheduler (with its executor's workers) and the
-    triggerer are SIGKILLed mid-training and started again; the task completes with rank 0's value and
-    no second training starts."""
+@contextlib.contextmanager
+def deployed_airflow(tmp_path, cluster, s3_bucket, **knobs):
+    """Airflow as deployed (api-server, scheduler with LocalExecutor, dag-processor, triggerer on
+    PostgreSQL) with tests/dags, set for cluster mode on ``cluster`` with storage in ``s3_bucket``."""
     from airflow_services import AirflowServices, cli, service_env
     from postgres_server import PostgresServer
 
-    record = fault("The scheduler (with its task workers) and the triggerer die while a deferred training runs",
-                   "once restarted, the trigger follows the same driver; the task completes, no second training")
-    home = tmp_path / "airflow"
-    deployment = {k: v for k, v in task_env({"env": {}}, tmp_path, cluster, s3_bucket, HVD_TEST_DEFERRABLE="1",
-                                            HVD_TEST_SECONDS="45").items() if k != "AIRFLOW__CORE__DAGS_FOLDER"}
+    deployment = {k: v for k, v in task_env({"env": {}}, tmp_path, cluster, s3_bucket, **knobs).items()
+                  if k != "AIRFLOW__CORE__DAGS_FOLDER"}
     with PostgresServer() as postgres:
-        env = service_env(home, REPO / "tests" / "dags", AIRFLOW__DATABASE__SQL_ALCHEMY_CONN=postgres.url,
-                          **deployment)
+        env = service_env(tmp_path / "airflow", REPO / "tests" / "dags",
+                          AIRFLOW__DATABASE__SQL_ALCHEMY_CONN=postgres.url, **deployment)
         cli(env, "db", "migrate")
         cli(env, "dags", "reserialize")
         with AirflowServices(env, tmp_path / "service-logs") as airflow:
-            airflow.api("PATCH", "/dags/hvd_key_secrecy", {"is_paused": False})
-            run_id = airflow.api("POST", "/dags/hvd_key_secrecy/dagRuns", {"logical_date": None})["dag_run_id"]
-            ti_path = f"/dags/hvd_key_secrecy/dagRuns/{run_id}/taskInstances/train"
-            deadline = time.monotonic() + 240
-            while time.monotonic() < deadline:
-                state = airflow.api("GET", ti_path)["state"]
-                if state == "deferred" and len(list(tmp_path.glob("rank-*.pid"))) == 2:
-                    break
-                assert state not in ("failed", "success"), (state, airflow.log("scheduler")[-3000:])
-                time.sleep(1)
-            else:
-                raise AssertionError(f"never deferred with both ranks running: {state}")
-            record.start()
-            airflow.kill("scheduler")
-            airflow.kill("triggerer")
-            assert len(rank_processes()) == 2  # training goes on without any Airflow process
-            time.sleep(5)
-            airflow.start("triggerer")
-            airflow.start("scheduler")
-            runs = airflow.wait_for_runs("hvd_key_secrecy", 1, timeout=300)
-            ti = airflow.api("GET", ti_path)
-            xcom = airflow.api("GET", f"{ti_path}/xcomEntries/return_value")
+            yield airflow
+
+
+def trigger_and_wait(airflow, dag_id: str, markers, ti_state: str) -> str:
+    """Trigger ``dag_id``; return its training task's API path once that task is ``ti_state`` with both
+    ranks training."""
+    airflow.api("PATCH", f"/dags/{dag_id}", {"is_paused": False})
+    run_id = airflow.api("POST", f"/dags/{dag_id}/dagRuns", {"logical_date": None})["dag_run_id"]
+    ti_path = f"/dags/{dag_id}/dagRuns/{run_id}/taskInstances/train"
+    deadline = time.monotonic() + 240
+    state = None
+    while time.monotonic() < deadline:
+        state = airflow.api("GET", ti_path)["state"]
+        if state == ti_state and len(list(markers.glob("rank-*.pid"))) == 2:
+            return ti_path
+        assert state not in ("failed", "success", "up_for_retry"), (state, airflow.log("scheduler")[-3000:])
+        time.sleep(1)
+    raise AssertionError(f"{dag_id}: never {ti_state} with both ranks running: {state}")
+
+
+def task_processes() -> list[psutil.Process]:
+    """The processes that run a task: Airflow's task runner titles itself "airflow worker -- <ti id>";
+    the LocalExecutor's workers, which supervise them, "airflow worker -- LocalExecutor: ..."."""
+    found = []
+    for proc in psutil.process_iter(["cmdline"]):
+        title = " ".join(proc.info["cmdline"] or [])
+        if title.startswith("airflow worker -- ") and "LocalExecutor" not in title:
+            found.append(proc)
+    return found
+
+
+@pytest.mark.faults
+def test_a_retry_attaches_to_the_driver_its_earlier_try_left_running(tmp_path, cluster, s3_bucket, fault,
+                                                                     no_leftovers):
+    """The Airflow worker running a cluster-mode task dies mid-training (SIGKILL: no on_kill), while the
+    driver trains on in the cluster. The task's retry finds try 1's driver still running and follows it
+    to its end instead of submitting a second training; rank 0's value comes back in try 2."""
+    record = fault("The Airflow worker running a training task dies (SIGKILL) while its driver runs on the cluster",
+                   "the retry attaches to the running driver: one training, rank 0's value in try 2")
+    home = tmp_path / "airflow"
+    with deployed_airflow(tmp_path, cluster, s3_bucket, HVD_TEST_SECONDS="40") as airflow:
+        ti_path = trigger_and_wait(airflow, "hvd_reattach", tmp_path, "running")
+        victims = task_processes()
+        assert len(victims) == 1, [p.info["cmdline"] for p in victims]
+        record.start()
+        victims[0].kill()
+        assert len(rank_processes()) == 2  # training goes on without its task
+        runs = airflow.wait_for_runs("hvd_reattach", 1, timeout=300)
+        ti = airflow.api("GET", ti_path)
+        xcom = airflow.api("GET", f"{ti_path}/xcomEntries/return_value")
         seconds = record.failed_after()
+    assert runs[0]["state"] == "success" and ti["state"] == "success", (runs, ti)
+    assert ti["try_number"] == 2, ti  # try 1 failed with its worker; try 2 attached
+    value = xcom["value"] if isinstance(xcom["value"], dict) else json.loads(xcom["value"])
+    assert value["size"] == 2 and value["steps"] > 0, xcom
+    drivers = list((tmp_path / "cluster").glob("work*/driver-*"))
+    assert len(drivers) == 1, drivers  # one training
+    logs = home / "logs" / "dag_id=hvd_reattach"
+    try_2 = next(logs.glob("run_id=*/task_id=train/attempt=2.log")).read_text()
+    assert f"Spark driver {drivers[0].name} of try 1 is still RUNNING: attaching to it" in try_2, try_2[-4000:]
+    assert "Submitting the Horovod application" not in try_2
+    assert "rank 0 did" in try_2 and f"{drivers[0].name}: FINISHED" in try_2, try_2[-4000:]
+    record.observe(f"try 2 attached to {drivers[0].name} and succeeded {seconds:.0f} s after the kill", seconds)
+
+
+@pytest.mark.faults
+def test_a_deferred_training_survives_the_airflow_side_being_killed_and_ends_when_marked_failed(
+        tmp_path, cluster, s3_bucket, fault, no_leftovers):
+    """Airflow as deployed (scheduler with LocalExecutor, triggerer, ... on PostgreSQL): the training task
+    defers while its driver runs on the cluster; the scheduler (with its executor's workers) and the
+    triggerer are SIGKILLed mid-training and started again; the task completes with rank 0's value and
+    no second training starts. Then a second run is marked failed while deferred: its driver is killed."""
+    record = fault("The scheduler (with its task workers) and the triggerer die while a deferred training runs",
+                   "once restarted, the trigger follows the same driver; the task completes, no second training")
+    home = tmp_path / "airflow"
+    with deployed_airflow(tmp_path, cluster, s3_bucket, HVD_TEST_DEFERRABLE="1", HVD_TEST_SECONDS="45") as airflow:
+        ti_path = trigger_and_wait(airflow, "hvd_key_secrecy", tmp_path, "deferred")
+        record.start()
+        airflow.kill("scheduler")
+        airflow.kill("triggerer")
+        assert len(rank_processes()) == 2  # training goes on without any Airflow process
+        time.sleep(5)
+        airflow.start("triggerer")
+        airflow.start("scheduler")
+        runs = airflow.wait_for_runs("hvd_key_secrecy", 1, timeout=300)
+        ti = airflow.api("GET", ti_path)
+        xcom = airflow.api("GET", f"{ti_path}/xcomEntries/return_value")
+        seconds = record.failed_after()
+        drivers = list((tmp_path / "cluster").glob("work*/driver-*"))
+
+        # A second run, marked failed by a user while deferred: the trigger's on_kill kills its driver.
+        killed = fault("A user marks a deferred training task failed (REST API) while its driver runs",
+                       "the trigger kills the driver through the master: no rank, orted or driver within 10 s")
+        for marker in tmp_path.glob("rank-*.pid"):
+            marker.unlink()
+        second = trigger_and_wait(airflow, "hvd_key_secrecy", tmp_path, "deferred")
+        second_driver = airflow.api("GET", f"{second}/xcomEntries/spark_driver_id")["value"]
+        killed.start()
+        airflow.api("PATCH", second, {"new_state": "failed"})
+        assert_no_run_processes(timeout=10)
+        deadline = time.monotonic() + 10
+        while driver_processes() and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert not driver_processes(), [p.info["cmdline"] for p in driver_processes()]
+        killed_after = killed.failed_after()
+        assert driver_state(cluster, second_driver) == "KILLED"
+        killed.observe(f"driver {second_driver} KILLED; no rank, orted or driver process left", killed_after)
     assert runs[0]["state"] == "success" and ti["state"] == "success", (runs, ti)
     assert ti["try_number"] == 1  # the same try, resumed: no retry
     value = xcom["value"] if isinstance(xcom["value"], dict) else json.loads(xcom["value"])
     assert value["size"] == 2 and value["steps"] > 0, xcom
-    drivers = list((tmp_path / "cluster").glob("work*/driver-*"))
     assert len(drivers) == 1, drivers  # one training: the restarted side attached to it, started none
     # The ranks' lines reached the task's log through the trigger (its log files, which the UI shows
     # with the task's): the restarted triggerer's too.
-    trigger_logs = sorted(home.glob("logs/dag_id=hvd_key_secrecy/run_id=*/task_id=train/attempt=1.log.trigger.*"))
+    run_id = ti_path.split("/")[4]
+    trigger_logs = sorted(home.glob(f"logs/dag_id=hvd_key_secrecy/run_id={run_id}/task_id=train/"
+                                    "attempt=1.log.trigger.*"))
     assert len(trigger_logs) == 2, trigger_logs  # one per triggerer process
     last = trigger_logs[-1].read_text()
     assert "rank 0 did" in last and "rank 1 did" in last and f"{drivers[0].name}: FINISHED" in last
     record.observe(f"task resumed and succeeded {seconds:.0f} s after the kill; one driver ({drivers[0].name})",
                    seconds)
+
+
+def test_a_retry_refuses_to_start_beside_a_forgotten_driver_that_still_beats(tmp_path, s3_bucket, monkeypatch):
+    """Try 1's submission id is unknown to the master (it restarted without recovery), yet that driver's
+    heartbeat in storage is fresh: it still trains somewhere. Try 2 fails naming it and what to do, before
+    it writes or submits anything (a second training would race it for the same checkpoints)."""
+    import fsspec
+    from airflow.sdk import ObjectStoragePath
+
+    from airflow_provider_hvd.operators.horovod_runner import HorovodRunnerOperator
+    from airflow_provider_hvd.runner.driver.log_shipper import HEARTBEAT_NAME
+    from airflow_provider_hvd.utils.driver_record import RECORD_NAME, DriverRecord
+    from airflow_provider_hvd.version_compat import AirflowException
+
+    (tmp_path / "cluster").mkdir()
+    master = StandaloneCluster(tmp_path / "cluster", worker_hosts=(), rest=True).start()  # nothing runs there
+    try:
+        for name, value in {**cluster_mode_environment(s3_bucket, "ab" * 32),
+                            "AIRFLOW_CONN_SPARK_TEST": json.dumps(master.connection())}.items():
+            monkeypatch.setenv(name, value)
+        try_1 = f"s3://{s3_bucket}/runs/d/manual__1/train/try-1"
+        forgotten = "driver-20261204000000-0007"
+        fs = fsspec.filesystem("s3")
+        fs.pipe(f"{try_1}/{RECORD_NAME}".removeprefix("s3://"), DriverRecord(
+            driver_id=forgotten, rest_endpoint=f"http://127.0.0.1:{master.rest_port}", try_number=1,
+            log_dir=f"{try_1}/driver-log", submitted_at=time.time() - 600).to_json().encode())
+        fs.pipe(f"{try_1}/driver-log/{HEARTBEAT_NAME}".removeprefix("s3://"),
+                json.dumps({"time": time.time() - 3, "chunks": 40}).encode())
+
+        class TryTwo:  # the task instance as the operator sees it: try 2 of task "train"
+            dag_id, task_id, try_number = "d", "train", 2
+
+            def xcom_push(self, key, value):
+                raise AssertionError(f"pushed {key} before refusing")
+
+        op = HorovodRunnerOperator(task_id="train", python_callable=print, np=2, spark_conn_id="spark_test",
+                                   deploy_mode="cluster")
+        with pytest.raises(AirflowException) as raised:
+            op.execute({"ti": TryTwo(), "run_id": "manual__1"})
+    finally:
+        master.stop()
+    message = str(raised.value)
+    assert f"Spark driver {forgotten} of try 1 is unknown to the Spark master" in message, message
+    assert "heartbeat" in message and "still runs" in message and "Kill that driver" in message, message
+    assert not ObjectStoragePath(f"s3://{s3_bucket}/runs/d/manual__1/train/try-2").exists()

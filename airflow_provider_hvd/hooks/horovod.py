@@ -261,12 +261,14 @@ class HorovodSparkSubmitHook(SparkSubmitHook):
             return
         self.log.info("Asked the Spark master to kill driver %s: %s", driver_id, answer)
 
-    def follow_driver(self, driver_id: str, log_dir: str, poll_interval: float = 2.0,
+    def follow_driver(self, driver_id: str, log_dir: str, first_chunk: int = 0, poll_interval: float = 2.0,
                       unreachable_limit: float = 120.0) -> str:
-        """Until the driver ends: its output (shipped to ``log_dir`` by runner/driver/log_shipper.py)
-        into this task's log, line by line as the client-mode driver's would come; returns its final
-        state. The master unreachable for ``unreachable_limit`` seconds in a row is an error naming it."""
+        """Until the driver ends: its output (shipped to ``log_dir`` by runner/driver/log_shipper.py),
+        from chunk ``first_chunk`` on, into this task's log, line by line as the client-mode driver's
+        would come; returns its final state. The master unreachable for ``unreachable_limit`` seconds
+        in a row is an error naming it."""
         tail = LogTail(log_dir)
+        tail.next_seq = first_chunk
         self.log.info("Following Spark driver %s through %s; its output comes from %s", driver_id,
                       self.rest_endpoint, log_dir)
         unreachable_since: float | None = None

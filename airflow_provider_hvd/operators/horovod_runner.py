@@ -7,6 +7,7 @@ import importlib.util
 import json
 import os
 import sys
+import time
 from collections.abc import Callable, Sequence
 from functools import cached_property
 from typing import Any
@@ -26,7 +27,9 @@ from airflow_provider_hvd.runner.driver.timeline_publisher import live_view_loca
 from airflow_provider_hvd.runner.errors import PayloadError
 from airflow_provider_hvd.runner.wire import payload
 from airflow_provider_hvd.triggers.horovod_driver import HorovodDriverTrigger
+from airflow_provider_hvd.runner.driver.log_shipper import LogTail
 from airflow_provider_hvd.utils import driver_delivery
+from airflow_provider_hvd.utils.driver_record import RECORD_NAME, DriverRecord, DriverStillRunning, decide
 from airflow_provider_hvd.version_compat import AirflowException, conf
 
 
@@ -41,6 +44,10 @@ def _trains_here() -> bool:
 
 def _size(n: int) -> str:
     return f"{n / (1 << 20):.1f} MiB" if n >= 1 << 20 else f"{n} B"
+
+
+# How many of an attached driver's last output chunks (about 2 s each) a retry's log repeats.
+REPLAYED_CHUNKS = 5
 
 
 def plain_url(path: ObjectStoragePath) -> str:
@@ -185,6 +192,7 @@ class HorovodRunnerOperator(BaseOperator):
                 defaults.parse_option(name, value)  # a bad value fails when the DAG is parsed
             setattr(self, name, value)
         self._submit_hook: HorovodSparkSubmitHook | None = None
+        self._attached: tuple[HorovodSparkSubmitHook, str] | None = None  # an earlier try's driver, followed
         self.link_urls: dict[str, str] = {}  # extra link name -> URL, as learnt during execute
 
     @cached_property
@@ -200,7 +208,8 @@ class HorovodRunnerOperator(BaseOperator):
         ti = context["ti"]
         # Where and how it will train, first: a Spark connection that does not exist, or a deploy mode
         # the key cannot reach, fails before anything is written.
-        where = HorovodSparkSubmitHook(conn_id=self.spark_conn_id, deploy_mode=self.deploy_mode)
+        where = HorovodSparkSubmitHook(conn_id=self.spark_conn_id, deploy_mode=self.deploy_mode,
+                                       on_application=lambda info: self._on_application(ti, info))
         master = where.master
         kubernetes_secret = self.hook.setting("kubernetes_secret", None)
         deploy_mode = driver_delivery.check(master, where.deploy_mode, connection_key=self.hook.has_signing_key(),
@@ -220,8 +229,56 @@ class HorovodRunnerOperator(BaseOperator):
             self.log.info("deferrable: the Spark driver runs in this task (deploy mode %s on %s), so the task stays "
                           "until training ends; deploy_mode='cluster' on a standalone master defers", deploy_mode,
                           master)
-        key = self.hook.signing_key()
 
+        # A retry whose earlier try's driver still runs on the cluster follows that one (one training).
+        earlier = self._earlier_driver(context, where) if standalone_cluster else None
+        if earlier is not None:
+            prefix = self.try_prefix(context, earlier.try_number)
+        result_path = prefix / "result.hvd"
+        driver_log = prefix / "driver-log"
+        rank_env, timeline_path = self._publish_locations(ti, prefix)
+        key = self.hook.signing_key()
+        if earlier is not None:
+            driver_id, first_chunk = earlier.driver_id, self._replay_from(earlier)
+            ti.xcom_push(key="spark_driver_id", value=driver_id)
+            self._attached = (where, driver_id)
+        else:
+            self._submit(context, master, deploy_mode, prefix, key, rank_env, timeline_path, kubernetes_secret,
+                         log_dir=driver_log if standalone_cluster else None)
+            driver_id, first_chunk = self._submit_hook.driver_id if self._submit_hook else None, 0
+        if deferring:
+            self.log.info("Spark driver %s placed on the cluster: handing this task to the triggerer until it ends",
+                          driver_id)
+            self.defer(trigger=HorovodDriverTrigger(rest_endpoint=where.rest_endpoint, driver_id=driver_id,
+                                                    log_dir=plain_url(driver_log), next_seq=first_chunk),
+                       method_name="execute_complete",
+                       kwargs={"result_try": earlier.try_number if earlier else ti.try_number})
+        if standalone_cluster:
+            state = where.follow_driver(driver_id, plain_url(driver_log), first_chunk=first_chunk)
+            self._check_driver_finished(result_path, driver_id, state)
+        return self._read_result(result_path, key)
+
+    def _publish_locations(self, ti: Any,
+                           prefix: ObjectStoragePath) -> tuple[dict[str, str], ObjectStoragePath | None]:
+        """XCom (and links) for where this run's checkpoints and timeline go; the ranks' environment."""
+        checkpoint_dir = ObjectStoragePath(self.checkpoint_path) if self.checkpoint_path else prefix / "checkpoints"
+        ti.xcom_push(key="checkpoint_dir", value=str(checkpoint_dir))
+        self._publish_link(ti, CheckpointsLink, str(checkpoint_dir))
+        timeline_path = None
+        if self.timeline:
+            timeline_path = prefix / "timeline.json" if self.timeline is True else ObjectStoragePath(self.timeline)
+            ti.xcom_push(key="timeline", value=str(timeline_path))
+            self._publish_link(ti, HorovodTimelineLink, str(timeline_path))
+            if self.runner_options().get("timeline_live_bytes", defaults.TIMELINE_LIVE_BYTES):
+                ti.xcom_push(key="timeline_live", value=live_view_location(str(timeline_path)))
+        return {**self.env, CHECKPOINT_DIR_ENV: plain_url(checkpoint_dir)}, timeline_path
+
+    def _submit(self, context: Context, master: str, deploy_mode: str, prefix: ObjectStoragePath, key: bytes,
+                rank_env: dict[str, str], timeline_path: ObjectStoragePath | None, kubernetes_secret: str | None,
+                log_dir: ObjectStoragePath | None) -> None:
+        """Sign and write the payload, then spark-submit the application (which, in client mode, trains
+        before it returns); a standalone cluster-mode driver is recorded for later tries."""
+        ti = context["ti"]
         sealed = payload.seal(payload.dumps_call(self.python_callable, self.op_kwargs), key, payload.KIND_CALL)
         payload_path = prefix / "payload.hvd"
         payload_path.parent.mkdir(parents=True, exist_ok=True)
@@ -231,28 +288,17 @@ class HorovodRunnerOperator(BaseOperator):
         self.log.info("Payload (%d bytes) written to %s", len(sealed), payload_path)
 
         result_path = prefix / "result.hvd"
-        checkpoint_dir = ObjectStoragePath(self.checkpoint_path) if self.checkpoint_path else prefix / "checkpoints"
-        ti.xcom_push(key="checkpoint_dir", value=str(checkpoint_dir))
-        self._publish_link(ti, CheckpointsLink, str(checkpoint_dir))
-        rank_env = {**self.env, CHECKPOINT_DIR_ENV: plain_url(checkpoint_dir)}
         resume = self._resume_from(context)
         if resume:
-            rank_env[RESUME_FROM_ENV] = resume
+            rank_env = {**rank_env, RESUME_FROM_ENV: resume}
             self.log.info("Resuming from checkpoint %s (step %d)", resume, checkpoint_step(resume))
         np = self._np()
-        options = self.runner_options()
         args = ["--payload", plain_url(payload_path), "--result", plain_url(result_path), "--np", str(np),
-                "--options", json.dumps(options)]
-        driver_log = prefix / "driver-log"
-        if standalone_cluster:  # the driver's stdout stays on a worker: it ships its output to storage
-            args += ["--log-dir", plain_url(driver_log)]
-        if self.timeline:
-            timeline_path = prefix / "timeline.json" if self.timeline is True else ObjectStoragePath(self.timeline)
+                "--options", json.dumps(self.runner_options())]
+        if log_dir is not None:  # the driver's stdout stays on a worker: it ships its output to storage
+            args += ["--log-dir", plain_url(log_dir)]
+        if timeline_path is not None:
             args += ["--timeline", plain_url(timeline_path)]
-            ti.xcom_push(key="timeline", value=str(timeline_path))
-            self._publish_link(ti, HorovodTimelineLink, str(timeline_path))
-            if options.get("timeline_live_bytes", defaults.TIMELINE_LIVE_BYTES):
-                ti.xcom_push(key="timeline_live", value=live_view_location(str(timeline_path)))
 
         # One environment for Airflow and training, on one machine (a laptop, CI): the driver and
         # its workers use this interpreter and find its tools (mpirun's helpers) first.
@@ -273,24 +319,63 @@ class HorovodRunnerOperator(BaseOperator):
                                          env=driver_delivery.submit_environment(key, delivery))
             except AirflowException as exc:
                 raise AirflowException(self._failure_message(result_path) or str(exc)) from exc
-        if standalone_cluster:
+        if log_dir is not None:
             hook = self._submit_hook
-            assert hook is not None and hook.driver_id, "spark-submit said no driver id (the hook raises first)"
+            assert hook.driver_id, "spark-submit said no driver id (the hook raises first)"
             ti.xcom_push(key="spark_driver_id", value=hook.driver_id)
-        if deferring:
-            self.log.info("Spark driver %s placed on the cluster: handing this task to the triggerer until it ends",
-                          hook.driver_id)
-            self.defer(trigger=HorovodDriverTrigger(rest_endpoint=hook.rest_endpoint, driver_id=hook.driver_id,
-                                                    log_dir=plain_url(driver_log)),
-                       method_name="execute_complete")
-        if standalone_cluster:
-            state = self._submit_hook.follow_driver(self._submit_hook.driver_id, plain_url(driver_log))
-            self._check_driver_finished(result_path, self._submit_hook.driver_id, state)
-        return self._read_result(result_path, key)
+            record = DriverRecord(driver_id=hook.driver_id, rest_endpoint=hook.rest_endpoint,
+                                  try_number=ti.try_number, log_dir=plain_url(log_dir), submitted_at=time.time())
+            (prefix / RECORD_NAME).write_text(record.to_json())
 
-    def execute_complete(self, context: Context, event: dict[str, Any]) -> Any:
+    def _earlier_driver(self, context: Context, where: HorovodSparkSubmitHook) -> DriverRecord | None:
+        """The newest earlier try's driver, when this try should follow it rather than start one
+        (utils/driver_record.py says when); None: submit a new one."""
+        ti = context["ti"]
+        for earlier in range(ti.try_number - 1, 0, -1):
+            try:
+                record = DriverRecord.from_json((self.try_prefix(context, earlier) / RECORD_NAME).read_text())
+            except FileNotFoundError:
+                continue
+            except (ValueError, KeyError, TypeError) as exc:
+                self.log.warning("Ignoring try %d's unreadable driver record: %s", earlier, exc)
+                continue
+            try:
+                state = where.driver_state(record.driver_id)
+            except (OSError, ValueError) as exc:
+                raise AirflowException(
+                    f"cannot tell whether Spark driver {record.driver_id} of try {earlier} still runs: the master's "
+                    f"REST server at {where.rest_endpoint} did not answer ({exc}); this try starts nothing rather "
+                    f"than risk a second training") from None
+            try:
+                decision = decide(record, state, LogTail(record.log_dir).heartbeat())
+            except DriverStillRunning as exc:
+                raise AirflowException(str(exc)) from None
+            self.log.info("%s", decision.message)
+            if decision.attach and not self.hook.has_signing_key():
+                self.log.warning(
+                    "... but connection %r has no signing key, so the result of a driver that try %d started (with "
+                    "a key made for that try alone) could not be verified here. Killing it and starting a new one; "
+                    "set a signing key (the connection's password) so that retries attach instead.",
+                    self.horovod_conn_id, earlier)
+                where.kill_driver(record.driver_id)
+                return None
+            return record if decision.attach else None
+        return None
+
+    def _replay_from(self, record: DriverRecord) -> int:
+        """The first chunk of an attached driver's output to bring into this try's log: the last few
+        (the earlier try's log has the rest), so that a multi-hour run's log is not copied whole."""
+        beat = LogTail(record.log_dir).heartbeat() or {}
+        first = max(0, int(beat.get("chunks", 0)) - REPLAYED_CHUNKS)
+        if first:
+            self.log.info("Output of driver %s before chunk %d is in try %d's log (and under %s)", record.driver_id,
+                          first, record.try_number, record.log_dir)
+        return first
+
+    def execute_complete(self, context: Context, event: dict[str, Any], result_try: int | None = None) -> Any:
         """Back from the triggerer: the driver has ended; rank 0's result, verified with the connection's key."""
-        path = self.try_prefix(context) / "result.hvd"  # the same try: where execute told the driver to write
+        # Where the driver was told to write: this try's prefix, or the earlier try's it attached to.
+        path = self.try_prefix(context, result_try) / "result.hvd"
         self._check_driver_finished(path, event.get("driver_id"), event.get("state"))
         return self._read_result(path, self.hook.signing_key())
 
@@ -429,5 +514,8 @@ class HorovodRunnerOperator(BaseOperator):
 
     def on_kill(self) -> None:
         """Stop the Spark application; its driver's death stops every rank (see runner/spark_app.py)."""
+        if self._attached is not None:
+            hook, driver_id = self._attached
+            hook.kill_driver(driver_id)
         if self._submit_hook is not None:
             self._submit_hook.on_kill()

@@ -4,7 +4,9 @@ The operator submits in standalone cluster mode, then defers to this trigger:
 no worker slot is held while training runs. The trigger polls the master's REST server for the
 driver's state and relays the driver's shipped output (runner/driver/log_shipper.py) into the task
 log as it comes; it fires once the driver has ended, with its final state and how far the output was
-read, and the task resumes in execute_complete to read rank 0's result.
+read, and the task resumes in execute_complete to read rank 0's result. A user who marks the deferred
+task failed (or clears it) kills the driver through ``on_kill`` (Airflow 3.3 calls it for that alone,
+never when the triggerer restarts or hands the trigger to another triggerer).
 """
 
 from __future__ import annotations
@@ -16,7 +18,7 @@ from typing import Any
 from airflow.triggers.base import BaseTrigger, TriggerEvent
 
 from airflow_provider_hvd.runner.driver.log_shipper import LogTail
-from airflow_provider_hvd.utils.standalone_master import DRIVER_ENDED, driver_state
+from airflow_provider_hvd.utils.standalone_master import DRIVER_ENDED, driver_state, kill_driver
 
 
 class HorovodDriverTrigger(BaseTrigger):
@@ -65,3 +67,9 @@ class HorovodDriverTrigger(BaseTrigger):
                 yield TriggerEvent({"driver_id": self.driver_id, "state": state, "next_seq": tail.next_seq})
                 return
             await asyncio.sleep(self.poll_interval)
+
+    async def on_kill(self) -> None:
+        """The task was marked failed, cleared or marked succeeded while deferred: end the driver (and so
+        every rank) as the operator's on_kill would; the Spark application must not outlive its task."""
+        answer = await asyncio.to_thread(kill_driver, self.rest_endpoint, self.driver_id)
+        self.log.info("Asked the Spark master to kill driver %s: %s", self.driver_id, answer)

@@ -1,10 +1,12 @@
 """Test DAG: a short training whose signing key must show up in no command line, environment, log,
 event log or Spark UI (tests/test_key_secrecy.py); also submitted to YARN (tests/test_deploy_modes.py) and
-killed mid-run in standalone cluster mode (tests/test_cluster_mode.py)."""
+killed mid-run in standalone cluster mode (tests/test_cluster_mode.py). ``hvd_reattach``: the same training with
+one retry, whose try 1 loses its Airflow worker mid-training (tests/test_cluster_mode.py)."""
 
 from __future__ import annotations
 
 import os
+from datetime import timedelta
 
 import pendulum
 from airflow.sdk import dag
@@ -50,3 +52,17 @@ def hvd_key_secrecy():
 
 
 hvd_key_secrecy()
+
+
+@dag(schedule=None, start_date=pendulum.datetime(2026, 1, 1, tz="UTC"), catchup=False)
+def hvd_reattach():
+    """Never deferred: the driver is followed from the task's own process, which the test kills."""
+    HorovodRunnerOperator(
+        task_id="train", python_callable=allreduce_for_a_while, np=2, retries=1, retry_delay=timedelta(seconds=1),
+        op_kwargs={"marker_dir": os.environ.get("HVD_TEST_MARKERS", "/tmp"),
+                   "seconds": float(os.environ.get("HVD_TEST_SECONDS", "6"))},
+        spark_conn_id=os.environ.get("HVD_TEST_SPARK_CONN", "spark_default"),
+        deploy_mode=os.environ.get("HVD_TEST_DEPLOY_MODE") or None, deferrable=False)
+
+
+hvd_reattach()
