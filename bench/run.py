@@ -24,6 +24,9 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parent
 sys.path.insert(0, str(HERE))
+# Every Spark here (the bench's session, the peers', what they start) binds to loopback, not to
+# whatever address the host name resolves to: nothing of a measurement leaves the machine.
+os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
 
 import cloudpickle  # noqa: E402
 import encryption  # noqa: E402

@@ -18,6 +18,11 @@ import tf_rank_functions  # noqa: E402
 cloudpickle.register_pickle_by_value(rank_functions)
 cloudpickle.register_pickle_by_value(tf_rank_functions)
 
+# This machine's hostname resolves to loopback, so Spark (and the ranks it places) would bind to its
+# first real interface; every test keeps its traffic on loopback. A test's own hosts (a standalone
+# cluster's workers on 127.0.0.2/3, localcluster's namespaces) set their own.
+os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+
 RANK_MARKER = "airflow_provider_hvd.runner.rank.main"
 RSH_AGENT_MARKER = "airflow_provider_hvd.runner.task.rsh_agent"
 

@@ -107,9 +107,17 @@ def test_scheduled_retraining_resumes_and_publishes(airflow, no_leftovers):
 
 
 @pytest.mark.faults
-def test_on_kill_stops_spark_and_every_rank(airflow, fault):
-    record = fault("Airflow kills the training task (SIGTERM to `airflow tasks test`, on_kill)",
-                   "spark-submit, the Spark application and every rank end")
+@pytest.mark.parametrize("how", ["SIGTERM", "SIGKILL"])
+def test_on_kill_stops_spark_and_every_rank(airflow, fault, how):
+    """SIGTERM: what Airflow sends a task it kills (on_kill runs). SIGKILL: the task's process dies
+    without a word (an OOM kill): the driver, on this host in client mode, sees its task gone and
+    ends the application, so that the task's retry does not train beside an orphan."""
+    if how == "SIGTERM":
+        record = fault("Airflow kills the training task (SIGTERM to `airflow tasks test`, on_kill)",
+                       "spark-submit, the Spark application and every rank end")
+    else:
+        record = fault("The training task's process dies without on_kill (SIGKILL, as an OOM kill), client mode",
+                       "the driver sees its task gone: spark-submit, the application and every rank end in 10 s")
     assert_no_run_processes()
     rc, out = run_airflow(airflow, "tasks", "test", "hvd_mnist_pytorch", "prepare")
     assert rc == 0, out[-3000:]
@@ -128,7 +136,7 @@ def test_on_kill_stops_spark_and_every_rank(airflow, fault):
         assert set(links) == {"_link_SparkUILink", "_link_CheckpointsLink", "_link_HorovodTimelineLink"}, links
         assert links["_link_SparkUILink"].startswith("http://")
         record.start()
-        proc.send_signal(signal.SIGTERM)  # what Airflow sends a task it kills
+        proc.send_signal(getattr(signal, how))
         out, _ = proc.communicate(timeout=60)
     finally:
         if proc.poll() is None:  # an assertion above failed: end the task as Airflow does, not with SIGKILL
@@ -137,13 +145,21 @@ def test_on_kill_stops_spark_and_every_rank(airflow, fault):
                 proc.communicate(timeout=60)
             except subprocess.TimeoutExpired:
                 proc.kill()
-    assert "Sending kill signal to spark-submit" in out
-    assert_no_run_processes(timeout=20)
+    if how == "SIGTERM":
+        assert "Sending kill signal to spark-submit" in out
+    assert_no_run_processes(timeout=20 if how == "SIGTERM" else 10)
     import psutil
-    left = [p.cmdline() for p in psutil.process_iter(["cmdline"])
-            if any("spark_app.py" in part for part in (p.info["cmdline"] or []))]
-    assert not left, f"the Spark application survived on_kill: {left}"
-    record.observe("on_kill sent the kill signal to spark-submit; no rank and no Spark application left",
+
+    deadline = time.monotonic() + 10
+    while True:
+        left = [p.info["cmdline"] for p in psutil.process_iter(["cmdline"])
+                if any("spark_app.py" in part or "SparkSubmit" in part for part in (p.info["cmdline"] or []))]
+        if not left or time.monotonic() > deadline:
+            break
+        time.sleep(0.2)
+    assert not left, f"the Spark application survived its task ({how}): {left}"
+    record.observe("on_kill sent the kill signal to spark-submit; no rank and no Spark application left"
+                   if how == "SIGTERM" else "the driver ended spark-submit, the application and every rank",
                    record.failed_after())
 
 

@@ -69,12 +69,18 @@ local = HorovodSparkSubmitHook(conn_id=None)
 named = HorovodSparkSubmitHook(conn_id="hvd_spark_test")
 # Standalone cluster mode: the provider decides to track the driver, keeps the id it parsed from
 # spark-submit's output in _driver_id, and builds the master's REST endpoint.
+assert "self._submit_sp = subprocess.Popen(" in inspect.getsource(SparkSubmitHook.submit), (
+    "SparkSubmitHook.submit no longer keeps spark-submit's process in _submit_sp: HorovodSparkSubmitHook "
+    "cannot end spark-submit's client once a standalone cluster-mode driver is accepted (5 s per task)")
 cluster = HorovodSparkSubmitHook(conn_id="hvd_spark_test", deploy_mode="cluster")
+import subprocess
+cluster._submit_sp = subprocess.Popen(["sleep", "60"])  # stands for spark-submit's client, which sleeps 5 s
 cluster._process_spark_submit_log(iter(["INFO ClientEndpoint: Driver successfully submitted as driver-20261204-0007"]))
+client_ended = cluster._submit_sp.wait(10)
 print(json.dumps({"plain": plain._connection["master"], "missing": missing, "local": local.master,
                   "local_deploy": local._connection["deploy_mode"], "named": named.master,
                   "tracks": cluster._should_track_driver_status, "driver_id": cluster.driver_id,
-                  "rest": cluster.rest_endpoint}))
+                  "rest": cluster.rest_endpoint, "client_ended": client_ended}))
 """
     env = {**airflow["env"], "AIRFLOW_CONN_HVD_SPARK_TEST": "spark://spark-master:7077"}
     done = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=120)
@@ -89,3 +95,4 @@ print(json.dumps({"plain": plain._connection["master"], "missing": missing, "loc
         "SparkSubmitHook no longer tracks a standalone cluster-mode driver through _should_track_driver_status "
         "and _driver_id: HorovodSparkSubmitHook.follow_driver and on_kill rely on them")
     assert seen["rest"] == "http://spark-master:6066"
+    assert seen["client_ended"] == -15  # SIGTERM once the master accepted the driver

@@ -304,6 +304,8 @@ class HorovodRunnerOperator(BaseOperator):
         # its workers use this interpreter and find its tools (mpirun's helpers) first.
         all_in_one = _trains_here() and master.startswith("local")
         driver_env = {spark_app.RANK_ENV_ENV: json.dumps(rank_env), "PYTHONUNBUFFERED": "1"}
+        if deploy_mode == "client":  # the driver runs here: it ends with this task (spark_app._end_with_owner)
+            driver_env[spark_app.OWNER_PID_ENV] = str(os.getpid())
         if all_in_one:
             driver_env["PATH"] = os.path.dirname(sys.executable) + os.pathsep + os.environ.get("PATH", "")
         with driver_delivery.key_file(key) as key_path:

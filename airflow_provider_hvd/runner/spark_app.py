@@ -35,6 +35,8 @@ SIGNING_KEY_FILE_ENV = "HVD_SIGNING_KEY_FILE"
 # Spark's log4j2 configuration for this application: WARN from the JVM's first line (the file says why).
 LOG4J2_CONFIG = os.path.join(os.path.dirname(os.path.abspath(__file__)), "spark_log4j2.properties")
 RANK_ENV_ENV = "HVD_RANK_ENV_JSON"
+# Client mode: the pid of the Airflow task that ran spark-submit on this host (see _end_with_owner).
+OWNER_PID_ENV = "HVD_OWNER_PID"
 # The line announce_application prints once the SparkContext exists, read by HorovodSparkSubmitHook.
 APPLICATION_MARKER = "HVD-SPARK-APPLICATION "
 
@@ -46,6 +48,33 @@ def _die_with_parent() -> None:
     from airflow_provider_hvd.runner.common.lifetime import die_with_parent
 
     die_with_parent(signal.SIGTERM)
+
+
+def _end_with_owner() -> None:
+    # Client mode: the Airflow task that started spark-submit may die without its on_kill (an OOM
+    # kill, a SIGKILLed worker). Its spark-submit would train on, orphaned, while the task's retry
+    # starts a second training. So the driver ends the application when that task ends: as on_kill
+    # does, by killing spark-submit's JVM (our parent), whose death ends us (parent-death signal),
+    # our driver service and with it every rank.
+    owner = os.environ.pop(OWNER_PID_ENV, None)
+    if not owner:
+        return
+    from airflow_provider_hvd.runner.common.lifetime import when_process_ends
+
+    def owner_gone() -> None:
+        print(f"HorovodRunner application: the Airflow task (pid {owner}) that submitted it is gone; "
+              f"ending the application (a retry resumes from its newest checkpoint)", file=sys.stderr, flush=True)
+        parent = os.getppid()
+        try:
+            with open(f"/proc/{parent}/comm") as f:
+                is_jvm = f.read().strip() == "java"
+        except OSError:
+            is_jvm = False
+        if is_jvm:
+            os.kill(parent, signal.SIGKILL)
+        os._exit(1)
+
+    when_process_ends(int(owner), owner_gone)
 
 
 def announce_application(spark) -> None:
@@ -107,6 +136,7 @@ def runner_options(text: str) -> dict:
 
 def main(argv: list[str] | None = None) -> int:
     _die_with_parent()
+    _end_with_owner()
     args = parse_args(sys.argv[1:] if argv is None else argv)
     shipper = None
     if args.log_dir:

@@ -32,7 +32,7 @@ class HorovodDriverTrigger(BaseTrigger):
     """
 
     def __init__(self, rest_endpoint: str, driver_id: str, log_dir: str, next_seq: int = 0,
-                 poll_interval: float = 2.0, **kwargs: Any):
+                 poll_interval: float = 1.0, **kwargs: Any):
         super().__init__()
         self.rest_endpoint = rest_endpoint
         self.driver_id = driver_id
