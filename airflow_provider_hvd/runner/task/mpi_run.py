@@ -95,10 +95,20 @@ class MpiRun:
                            **this_hosts_rank_env(), LaunchEnv.RSH_SECRET: secret.hex(),
                            LaunchEnv.RSH_MAP: json.dumps({h: list(a) for h, a in rsh.items()})}
 
-    def _write_rsh_agent(self) -> str:
+    def _rsh_agent(self) -> str:
+        """What Open MPI runs to start orted on a host: our rsh agent. Every orted looks it up again on its
+        own host (plm rsh's component query finds the agent's first word there, or the daemon dies with
+        "FORCE-TERMINATE AT Not found"), so it must name something every host has: this Python, at the
+        same path on every Spark host (spark.pyspark.python), with the agent's module. Never a script
+        in this host's /tmp, which another host's /tmp does not have (found on hosts with their own disks:
+        tests/test_production_shape.py)."""
+        if " " not in sys.executable:
+            return f"{sys.executable} -m {RSH_AGENT_MODULE}"
+        # Open MPI splits the agent on spaces: a Python whose path has one goes through a script,
+        # which then must exist on every host at the same path (a shared /tmp).
         agent = os.path.join(self._workdir, "rsh-agent")
         with open(agent, "w") as f:
-            f.write(f"#!/bin/sh\nexec {sys.executable} -m {RSH_AGENT_MODULE} \"$@\"\n")
+            f.write(f"#!/bin/sh\nexec '{sys.executable}' -m {RSH_AGENT_MODULE} \"$@\"\n")
         os.chmod(agent, 0o700)
         return agent
 
@@ -108,7 +118,7 @@ class MpiRun:
             cmd.append("--allow-run-as-root")
         cmd += ["--tag-output", "-np", str(self.np), "-H", ",".join(f"{h}:{n}" for h, n in self._hosts),
                 "--bind-to", "none", "--map-by", "slot", "--oversubscribe",
-                "-mca", "plm_rsh_agent", self._write_rsh_agent(), "-mca", "plm_rsh_no_tree_spawn", "1",
+                "-mca", "plm_rsh_agent", self._rsh_agent(), "-mca", "plm_rsh_no_tree_spawn", "1",
                 # orted stays attached to the barrier task that started it instead of daemonizing:
                 # a daemonizing orted vanished once in a while before calling back (CI, twice), and
                 # mpirun then waits forever; attached, its end is seen and reported by the rsh agent.
