@@ -5,7 +5,7 @@ PY := .venv/bin/python
 TF_VENV := .venv-tf
 PYTEST_ARGS ?=
 
-.PHONY: setup setup-tensorflow test test-tensorflow faults demo bench clean
+.PHONY: setup setup-tensorflow test test-tensorflow faults demo bench cluster cluster-down clean
 
 setup:
 	scripts/setup.sh
@@ -34,6 +34,15 @@ demo: setup
 # `bench/run.py --only timeline` measures one section again).
 bench: setup
 	$(PY) bench/run.py
+
+# The production shape on this machine (localcluster/, docs/deploy.md): PostgreSQL, moto's S3 server,
+# a Spark master and two workers and Airflow's services, each host in its own network and mount
+# namespaces on a private bridge. Needs root. The UI and REST API: http://127.0.0.1:8080.
+cluster: setup
+	$(PY) -m localcluster up
+
+cluster-down:
+	$(PY) -m localcluster down
 
 clean:
 	rm -rf .venv $(TF_VENV) .airflow .pytest_cache spark-warehouse

@@ -57,13 +57,53 @@ def cli(env: dict[str, str], *args: str, timeout: float = 300) -> str:
     return done.stdout
 
 
-class AirflowServices:
+class RestClient:
+    """Airflow's public REST API (``/api/v2``) at ``base``, as a user's client calls it (the simple
+    auth manager with every user an admin: a token from /auth/token, no password)."""
+
+    def __init__(self, base: str):
+        self.base = base
+        self._token: str | None = None
+
+    def failure_context(self) -> str:
+        return ""
+
+    def api(self, method: str, path: str, body: dict | None = None) -> dict:
+        """One call of Airflow's public REST API (``/api/v2``), as a user's client makes it."""
+        if self._token is None:
+            with urllib.request.urlopen(f"{self.base}/auth/token", timeout=30) as r:
+                self._token = json.load(r)["access_token"]
+        request = urllib.request.Request(f"{self.base}/api/v2{path}", method=method,
+                                         data=None if body is None else json.dumps(body).encode(),
+                                         headers={"Authorization": f"Bearer {self._token}",
+                                                  "Content-Type": "application/json"})
+        try:
+            with urllib.request.urlopen(request, timeout=60) as r:
+                return json.load(r)
+        except urllib.error.HTTPError as exc:
+            raise AssertionError(f"{method} {path}: {exc.code} {exc.read()[:2000]!r}") from None
+
+    def wait_for_runs(self, dag_id: str, count: int, timeout: float, states=("success", "failed")) -> list[dict]:
+        """The DAG's runs once ``count`` of them are in one of ``states`` (oldest first)."""
+        deadline = time.monotonic() + timeout
+        runs: list[dict] = []
+        while time.monotonic() < deadline:
+            runs = self.api("GET", f"/dags/{dag_id}/dagRuns?order_by=run_after")["dag_runs"]
+            if len([r for r in runs if r["state"] in states]) >= count:
+                return runs
+            time.sleep(2)
+        raise AssertionError(f"{dag_id}: {count} run(s) not {'/'.join(states)} within {timeout} s: "
+                             f"{[(r['dag_run_id'], r['state']) for r in runs]}\n"
+                             f"{self.failure_context()}")
+
+
+
+class AirflowServices(RestClient):
     def __init__(self, env: dict[str, str], logs: Path):
+        super().__init__(env["AIRFLOW__API__BASE_URL"])
         self.env = env
         self.logs = logs
-        self.base = env["AIRFLOW__API__BASE_URL"]
         self.procs: dict[str, subprocess.Popen] = {}
-        self._token: str | None = None
 
     def __enter__(self) -> "AirflowServices":
         self.logs.mkdir(parents=True, exist_ok=True)
@@ -94,6 +134,9 @@ class AirflowServices:
             pass
         proc.wait()
 
+    def failure_context(self) -> str:
+        return f"scheduler: {self.log('scheduler')[-3000:]}"
+
     def log(self, name: str) -> str:
         return (self.logs / f"{name}.log").read_text(errors="replace")
 
@@ -113,34 +156,6 @@ class AirflowServices:
                 pass
             time.sleep(1)
         raise AssertionError(f"Airflow's services not healthy within {timeout} s: {health}")
-
-    def api(self, method: str, path: str, body: dict | None = None) -> dict:
-        """One call of Airflow's public REST API (``/api/v2``), as a user's client makes it."""
-        if self._token is None:
-            with urllib.request.urlopen(f"{self.base}/auth/token", timeout=30) as r:
-                self._token = json.load(r)["access_token"]
-        request = urllib.request.Request(f"{self.base}/api/v2{path}", method=method,
-                                         data=None if body is None else json.dumps(body).encode(),
-                                         headers={"Authorization": f"Bearer {self._token}",
-                                                  "Content-Type": "application/json"})
-        try:
-            with urllib.request.urlopen(request, timeout=60) as r:
-                return json.load(r)
-        except urllib.error.HTTPError as exc:
-            raise AssertionError(f"{method} {path}: {exc.code} {exc.read()[:2000]!r}") from None
-
-    def wait_for_runs(self, dag_id: str, count: int, timeout: float, states=("success", "failed")) -> list[dict]:
-        """The DAG's runs once ``count`` of them are in one of ``states`` (oldest first)."""
-        deadline = time.monotonic() + timeout
-        runs: list[dict] = []
-        while time.monotonic() < deadline:
-            runs = self.api("GET", f"/dags/{dag_id}/dagRuns?order_by=run_after")["dag_runs"]
-            if len([r for r in runs if r["state"] in states]) >= count:
-                return runs
-            time.sleep(2)
-        raise AssertionError(f"{dag_id}: {count} run(s) not {'/'.join(states)} within {timeout} s: "
-                             f"{[(r['dag_run_id'], r['state']) for r in runs]}\n"
-                             f"scheduler: {self.log('scheduler')[-3000:]}")
 
     def stop(self, grace: float = 30) -> None:
         for proc in self.procs.values():

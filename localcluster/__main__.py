@@ -1,0 +1,57 @@
+"""`make cluster` / `make cluster-down`: the production shape on this machine (localcluster/).
+
+    python -m localcluster up [--api-port 8080]   start every host and service; print how to reach them
+    python -m localcluster down                   stop everything: no process, namespace, mount or port left
+    python -m localcluster exec HOST CMD...       run a command on one host, in its services' environment
+                                                  (as `docker compose exec`)
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from pathlib import Path
+
+from localcluster import network
+from localcluster.services import Cluster
+from localcluster.topology import HOSTS
+
+STATE = Path(os.environ.get("HVD_CLUSTER_STATE", network.REPO / ".cluster"))
+
+
+def main(argv: list[str]) -> int:
+    parser = argparse.ArgumentParser(prog="python -m localcluster", description=__doc__.split("\n\n")[0])
+    sub = parser.add_subparsers(dest="command", required=True)
+    up = sub.add_parser("up")
+    up.add_argument("--api-port", type=int, default=int(os.environ.get("HVD_CLUSTER_API_PORT", "8080")))
+    sub.add_parser("down")
+    run = sub.add_parser("exec")
+    run.add_argument("host", choices=[h.name for h in HOSTS])
+    run.add_argument("cmd", nargs=argparse.REMAINDER)
+    args = parser.parse_args(argv)
+    if os.geteuid() != 0:
+        parser.error("namespaces, bridges and mounts need root: run it as root (sudo make cluster)")
+    cluster = Cluster(STATE)
+    if args.command == "up":
+        cluster.up(args.api_port)
+        print(f"cluster up; state and logs in {STATE}/hosts/<host>/logs")
+        for host in HOSTS:
+            print(f"  {host.name:15} {host.address:11} plays {host.plays}")
+        print(f"Airflow UI and REST API: http://127.0.0.1:{args.api_port} (forwarded into host airflow)")
+        return 0
+    if args.command == "down":
+        killed = cluster.down()
+        for line in killed:
+            print(f"had to SIGKILL {line}")
+        print("cluster down: no process, namespace or mount left")
+        return 0
+    if not cluster.info:
+        parser.error("no cluster is up: make cluster")
+    os.chdir("/")
+    os.execvpe("nsenter", [*network.enter(cluster.info["holders"][args.host]), *args.cmd],
+               cluster.host_env(args.host))
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

@@ -1,0 +1,164 @@
+"""The hosts' namespaces: made, entered, and removed leaving nothing behind.
+
+    hvd-switch      br-data: the data network's bridge (no address; the machine's own namespace
+                    has no interface on it, so nothing here routes to or from the real network)
+    hvd-<host>      lo, eth1 (DATA_NET.<n>/24, a veth to br-data); Spark hosts also eth0
+                    (MGMT_NET.<n>/24), a veth whose other end is up in hvd-switch on no bridge:
+                    an interface with an address and a route that reaches no other host
+
+Each host's other namespaces (mount, UTS) are held by its holder process (localcluster/holder.py).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from localcluster.topology import (
+    BRIDGE,
+    DATA_IFACE,
+    HOST_DIR,
+    HOSTS,
+    MGMT_IFACE,
+    SWITCH_NS,
+    Host,
+    etc_hosts,
+)
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+def ip(*args: str, check: bool = True) -> subprocess.CompletedProcess:
+    done = subprocess.run(["ip", *args], capture_output=True, text=True)
+    if check and done.returncode != 0:
+        raise RuntimeError(f"ip {' '.join(args)}: {done.stderr.strip()}")
+    return done
+
+
+def namespaces() -> list[str]:
+    """The namespaces of this cluster that exist now."""
+    out = ip("-json", "netns", "list", check=False).stdout.strip()
+    names = [entry["name"] for entry in json.loads(out)] if out else []
+    return [n for n in names if n == SWITCH_NS or n.startswith("hvd-")]
+
+
+def create(state: Path) -> dict[str, int]:
+    """Namespaces, links and holders for every host; returns each host's holder pid."""
+    leftover = namespaces()
+    if leftover:
+        raise RuntimeError(f"namespaces {leftover} exist already: a cluster is up (or was not taken down). "
+                           f"Run `make cluster-down` first.")
+    (state / "etc-hosts").write_text(etc_hosts())
+    Path(HOST_DIR).mkdir(parents=True, exist_ok=True)
+    try:
+        ip("netns", "add", SWITCH_NS)
+        ip("-n", SWITCH_NS, "link", "add", BRIDGE, "type", "bridge")
+        ip("-n", SWITCH_NS, "link", "set", BRIDGE, "up")
+        holders = {}
+        for host in HOSTS:
+            _wire(host)
+            (state / "hosts" / host.name).mkdir(parents=True, exist_ok=True)
+            holders[host.name] = _start_holder(host, state)
+        return holders
+    except BaseException:
+        destroy()
+        raise
+
+
+def _veth(host: Host, kind: str, inside: str) -> str:
+    """A veth pair: ``inside`` in the host's namespace, its peer (returned) in the switch's."""
+    # Named hvd-*: whatever a failed start leaves in the machine's namespace, destroy() finds.
+    outside, temp = f"hvd-{kind}{host.octet}", f"hvd-t{kind}{host.octet}"
+    ip("link", "add", outside, "type", "veth", "peer", "name", temp)
+    ip("link", "set", outside, "netns", SWITCH_NS)
+    ip("link", "set", temp, "netns", host.netns)
+    ip("-n", host.netns, "link", "set", temp, "name", inside)
+    ip("-n", SWITCH_NS, "link", "set", outside, "up")
+    return outside
+
+
+def _wire(host: Host) -> None:
+    ip("netns", "add", host.netns)
+    ip("-n", host.netns, "link", "set", "lo", "up")
+    if host.management:
+        # First, as on real nodes: a tool that takes "the first interface" takes the wrong one.
+        _veth(host, "m", MGMT_IFACE)  # its peer belongs to no bridge: nothing answers there
+        ip("-n", host.netns, "addr", "add", f"{host.management_address}/24", "dev", MGMT_IFACE)
+        ip("-n", host.netns, "link", "set", MGMT_IFACE, "up")
+    port = _veth(host, "d", DATA_IFACE)
+    ip("-n", SWITCH_NS, "link", "set", port, "master", BRIDGE)
+    ip("-n", host.netns, "addr", "add", f"{host.address}/24", "dev", DATA_IFACE)
+    ip("-n", host.netns, "link", "set", DATA_IFACE, "up")
+
+
+def _start_holder(host: Host, state: Path) -> int:
+    log = state / "holders" / f"{host.name}.log"
+    log.parent.mkdir(exist_ok=True)
+    proc = subprocess.Popen(["ip", "netns", "exec", host.netns, "unshare", "--mount", "--uts", "--propagation",
+                             "private", "--", sys.executable, "-m", "localcluster.holder", host.name, str(state)],
+                            cwd=REPO, stdout=log.open("wb"), stderr=subprocess.STDOUT, start_new_session=True)
+    deadline = time.monotonic() + 20
+    while "ready" not in log.read_text():
+        if proc.poll() is not None or time.monotonic() > deadline:
+            raise RuntimeError(f"host {host.name} did not come up: {log.read_text()[-2000:]}")
+        time.sleep(0.05)
+    return proc.pid
+
+
+def enter(holder_pid: int) -> list[str]:
+    """The command prefix that runs a command on the host whose holder is ``holder_pid``."""
+    return ["nsenter", "--target", str(holder_pid), "--net", "--mount", "--uts", "--"]
+
+
+def pids_in(netns: str) -> list[int]:
+    out = ip("netns", "pids", netns, check=False).stdout.split()
+    return [int(p) for p in out if p.isdigit()]
+
+
+def destroy(grace: float = 20.0) -> list[str]:
+    """Every process in the cluster's namespaces ended (SIGTERM, then SIGKILL), every namespace
+    removed (their links and the bridge go with them). Returns what it had to SIGKILL."""
+    names = namespaces()
+    for netns in names:
+        for pid in pids_in(netns):
+            _signal(pid, signal.SIGTERM)
+    deadline = time.monotonic() + grace
+    while any(pids_in(n) for n in names) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    killed = []
+    for netns in names:
+        for pid in pids_in(netns):
+            killed.append(f"{netns}: {_cmdline(pid)}")
+            _signal(pid, signal.SIGKILL)
+    deadline = time.monotonic() + 10
+    while any(pids_in(n) for n in names) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    for netns in names:
+        ip("netns", "del", netns, check=False)
+    for link in json.loads(ip("-json", "link", "show", check=False).stdout or "[]"):
+        if link.get("ifname", "").startswith("hvd-"):  # a veth a failed start left here
+            ip("link", "del", link["ifname"], check=False)
+    try:
+        os.rmdir(HOST_DIR)
+    except OSError:
+        pass
+    return killed
+
+
+def _signal(pid: int, sig: int) -> None:
+    try:
+        os.kill(pid, sig)
+    except ProcessLookupError:
+        pass
+
+
+def _cmdline(pid: int) -> str:
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")[:200]
+    except OSError:
+        return str(pid)
