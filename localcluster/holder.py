@@ -7,8 +7,9 @@ namespaces (``nsenter --target <this pid>``). Here, before it sleeps:
 - the host name (UTS namespace), which every host's /etc/hosts resolves to its data address;
 - /etc/hosts: the cluster's, as Docker's DNS would answer in compose;
 - /var/lib/hvd-host: this host's own folder of the cluster's state (work directory, logs, data);
-- /tmp: an empty tmpfs of its own. If the repository (the hosts' "image": code and virtual
-  environment) lives under /tmp, as in a CI clone, its top folder there is bound back in;
+- /tmp: an empty tmpfs of its own. Where the repository (the hosts' "image": code and virtual
+  environment) or the cluster's state lives under /tmp (a CI clone, pytest's folders), its top
+  folder there is bound back in;
 - the other hosts' folders of the cluster's state: hidden under an empty tmpfs, so no host reads
   another's disk.
 
@@ -49,16 +50,18 @@ def main(host: str, state: Path) -> None:
     socket.sethostname(host)
     _bind(str(state / "etc-hosts"), "/etc/hosts")
     _bind(str(state / "hosts" / host), HOST_DIR)
-    keep = None
-    parts = state.resolve().parts
-    if len(parts) > 2 and parts[1] == "tmp":  # the repository lives under /tmp: keep its top folder
-        top = f"/tmp/{parts[2]}"
-        keep = (top, os.open(top, os.O_PATH))
+    # What every host must see at its path, the "image" and the cluster's state: the repository (code,
+    # virtual environment) and the state folder. Those under /tmp (a CI clone, pytest's folders) keep
+    # their top folder there.
+    keep = {}
+    for path in (Path(__file__).resolve().parent.parent, Path(sys.executable).resolve(), state.resolve()):
+        parts = path.parts
+        if len(parts) > 2 and parts[1] == "tmp" and parts[2] not in keep:
+            keep[parts[2]] = os.open(f"/tmp/{parts[2]}", os.O_PATH)
     _tmpfs("/tmp", "4g")
-    if keep:
-        top, fd = keep
-        os.mkdir(top)
-        _bind(f"/proc/self/fd/{fd}", top)  # the kernel follows the descriptor to the hidden folder
+    for top, fd in keep.items():
+        os.mkdir(f"/tmp/{top}")
+        _bind(f"/proc/self/fd/{fd}", f"/tmp/{top}")  # the kernel follows the descriptor to the hidden folder
         os.close(fd)
     _tmpfs(str(state / "hosts"), "1m")
     print(f"host {host} ready", flush=True)
