@@ -26,7 +26,10 @@ REPO = Path(__file__).resolve().parent.parent
 AIRFLOW = str(Path(sys.executable).parent / "airflow")
 RANK_MODULE = "airflow_provider_hvd.runner.rank.main"
 DRIVER_WRAPPER = "org.apache.spark.deploy.worker.DriverWrapper"
-SUBMITTER = ("bin/spark-submit", "org.apache.spark.launcher.Main", "org.apache.spark.deploy.SparkSubmit")
+# spark-submit, as it runs: its shell script, the helpers that script runs to find SPARK_HOME (pyspark's
+# find_spark_home.py: seen once, for the few milliseconds it lives), its launcher and its JVM.
+SUBMITTER = ("bin/spark-submit", "bin/find-spark-home", "find_spark_home.py", "org.apache.spark.launcher.Main",
+             "org.apache.spark.deploy.SparkSubmit")
 
 
 class ProcessWatch(threading.Thread):

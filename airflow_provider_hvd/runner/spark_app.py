@@ -35,6 +35,7 @@ SIGNING_KEY_FILE_ENV = "HVD_SIGNING_KEY_FILE"
 # Spark's log4j2 configuration for this application: WARN from the JVM's first line (the file says why).
 LOG4J2_CONFIG = os.path.join(os.path.dirname(os.path.abspath(__file__)), "spark_log4j2.properties")
 RANK_ENV_ENV = "HVD_RANK_ENV_JSON"
+KEY_FOLDER_PREFIX = "hvd-key-"  # utils/driver_delivery.key_file's folders
 # Client mode: the pid of the Airflow task that ran spark-submit on this host (see _end_with_owner).
 OWNER_PID_ENV = "HVD_OWNER_PID"
 # The line announce_application prints once the SparkContext exists, read by HorovodSparkSubmitHook.
@@ -96,6 +97,11 @@ def take_signing_key() -> bytes:
             raise PayloadError(f"cannot read the signing key from {path} ({SIGNING_KEY_FILE_ENV}): {exc}") from None
         try:
             os.unlink(path)  # one use; on YARN this is the container's link to the localised copy
+            folder = os.path.dirname(path)
+            if os.path.basename(folder).startswith(KEY_FOLDER_PREFIX):
+                # Client mode: the operator's own folder for it (driver_delivery.key_file), which a task
+                # killed without its cleanup (SIGKILL) would leave behind.
+                os.rmdir(folder)
         except OSError:
             pass
     if not key_hex:

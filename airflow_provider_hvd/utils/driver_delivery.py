@@ -50,7 +50,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 
 from airflow_provider_hvd.runner import spark_app
-from airflow_provider_hvd.runner.spark_app import SIGNING_KEY_ENV, SIGNING_KEY_FILE_ENV
+from airflow_provider_hvd.runner.spark_app import KEY_FOLDER_PREFIX, SIGNING_KEY_ENV, SIGNING_KEY_FILE_ENV
 
 log = logging.getLogger(__name__)
 
@@ -140,7 +140,8 @@ def check_storage(storage_url: str, deploy_mode: str) -> None:
 @contextmanager
 def key_file(key: bytes) -> Iterator[str]:
     """The key, hex, in a file only this user can read, inside a folder of its own; both gone on exit."""
-    folder = tempfile.mkdtemp(prefix="hvd-key-")  # mode 0700
+    # Mode 0700. The driver removes the file and, by its prefix, this folder once it has read the key.
+    folder = tempfile.mkdtemp(prefix=KEY_FOLDER_PREFIX)
     try:
         path = os.path.join(folder, YARN_KEY_NAME)
         fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)

@@ -137,6 +137,7 @@ class TimelinePublisher:
         # What was written, for the logs, the tests and bench/: counts and sizes, not a history.
         self.staged_bytes = 0
         self.live_publishes = 0
+        self.live_publishing = False  # a live view is being written now
         self.live_bytes_max = 0
         self.live_bytes_total = 0
         self.final_bytes = 0
@@ -214,6 +215,7 @@ class TimelinePublisher:
             if not self._dirty:
                 return
             self._dirty = False
+            self.live_publishing = True
             # The deque only ever drops its references to old chunks, so these stay as they are while written.
             chunks, metadata = list(self._window), list(self._metadata.values())
         parts = _live_view_parts(chunks, metadata)
@@ -225,8 +227,10 @@ class TimelinePublisher:
                         self.live_destination, exc)
             with self._lock:
                 self._dirty = True
+                self.live_publishing = False
             return
         self.live_publishes += 1
+        self.live_publishing = False
         self.live_bytes_max = max(self.live_bytes_max, size)
         self.live_bytes_total += size
 
