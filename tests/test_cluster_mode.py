@@ -56,6 +56,15 @@ def driver_processes() -> list[psutil.Process]:
     return found
 
 
+def assert_nothing_of_the_run_left(timeout: float) -> None:
+    """No rank, orted or mpirun, and no Spark driver (its JVM wrapper or spark_app.py), within ``timeout``."""
+    assert_no_run_processes(timeout=timeout)
+    deadline = time.monotonic() + timeout
+    while driver_processes() and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert not driver_processes(), [p.info["cmdline"] for p in driver_processes()]
+
+
 def driver_state(cluster, driver_id: str) -> str:
     url = f"http://127.0.0.1:{cluster.rest_port}/v1/submissions/status/{driver_id}"
     with urllib.request.urlopen(url, timeout=10) as reply:
@@ -93,11 +102,7 @@ def test_killing_the_task_kills_the_driver_on_the_cluster_and_every_rank(airflow
             except subprocess.TimeoutExpired:
                 proc.kill()
     assert f"Asked the Spark master to kill driver {driver_id}" in out, out[-4000:]
-    assert_no_run_processes(timeout=10)
-    deadline = time.monotonic() + 10
-    while driver_processes() and time.monotonic() < deadline:
-        time.sleep(0.2)
-    assert not driver_processes(), [p.info["cmdline"] for p in driver_processes()]
+    assert_nothing_of_the_run_left(timeout=10)
     seconds = record.failed_after()
     assert driver_state(cluster, driver_id) == "KILLED"
     record.observe(f"the master killed driver {driver_id}; no rank, orted or driver process left", seconds)
@@ -244,11 +249,7 @@ def test_a_deferred_training_survives_the_airflow_side_being_killed_and_ends_whe
         second_driver = airflow.api("GET", f"{second}/xcomEntries/spark_driver_id")["value"]
         killed.start()
         airflow.api("PATCH", second, {"new_state": "failed"})
-        assert_no_run_processes(timeout=10)
-        deadline = time.monotonic() + 10
-        while driver_processes() and time.monotonic() < deadline:
-            time.sleep(0.2)
-        assert not driver_processes(), [p.info["cmdline"] for p in driver_processes()]
+        assert_nothing_of_the_run_left(timeout=10)
         killed_after = killed.failed_after()
         assert driver_state(cluster, second_driver) == "KILLED"
         killed.observe(f"driver {second_driver} KILLED; no rank, orted or driver process left", killed_after)
