@@ -203,6 +203,7 @@ class Cluster:
             "AIRFLOW__API_AUTH__JWT_SECRET": secret["jwt"],
             "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_ALL_ADMINS": "True",
             "AIRFLOW__SCHEDULER__SCHEDULER_HEARTBEAT_SEC": "2",
+            "AIRFLOW__OPERATORS__DEFAULT_DEFERRABLE": "True",  # as compose sets it
             # The connections, as a deployment sets them (compose: the same AIRFLOW_CONN_* variables).
             "AIRFLOW_CONN_SPARK_DEFAULT": json.dumps({"conn_type": "spark", "host": "spark://spark-master",
                                                       "port": SPARK_MASTER_PORT,

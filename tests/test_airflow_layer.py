@@ -65,8 +65,14 @@ def assert_digits_dag_trains(airflow, dag_id: str, epochs: int = 12) -> float:
     assert train["_link_CheckpointsLink"] == train["checkpoint_dir"]
     assert re.fullmatch(r"http://[\w.-]+:\d+", train["_link_SparkUILink"]), train["_link_SparkUILink"]
     assert f"its UI: {train['_link_SparkUILink']}" in out
+    # Timeline and checkpoints in the run's folder, which the sensor beside train watched; evaluate
+    # took the newest checkpoint in it.
+    run_dir = Path(train["payload"]["uri"].removeprefix("file://")).parents[2]
+    assert train["timeline"] == f"file://{run_dir}/timeline.json", (train["timeline"], run_dir)
+    assert train["checkpoint_dir"] == f"file://{run_dir}/checkpoints"
     found = xcoms(airflow, dag_id, "wait_for_artifacts")["return_value"]
     assert found["checkpoint"].endswith(f"ckpt-{epochs:010d}.pt") and found["timeline"] == train["timeline"]
+    assert f"after {epochs} epochs" in out and f"of {train['checkpoint_dir']}/ckpt-{epochs:010d}.pt" in out
     return accuracy
 
 
@@ -384,6 +390,26 @@ def test_sensor_pokes_then_defers_and_trigger_fires(tmp_path):
                                               + datetime.timedelta(minutes=1)).isoformat())
     assert not later.poke({}).is_done
     assert isinstance(HorovodArtifactTrigger(checkpoint_dir="x").serialize()[1]["poke_interval"], float)
+
+    # end_from_trigger: the triggerer ends the task, what was found pushed as its return_value.
+    ending = HorovodArtifactSensor(task_id="w3", checkpoint_dir=str(ckpts), deferrable=True, end_from_trigger=True,
+                                   newer_than=(datetime.datetime.now(datetime.timezone.utc)
+                                               + datetime.timedelta(minutes=1)).isoformat())
+    with pytest.raises(TaskDeferred) as deferred:
+        ending.execute({})
+    classpath, kwargs = deferred.value.trigger.serialize()
+    assert kwargs["end_from_trigger"] is True
+    kwargs["newer_than"] = None  # what is there now counts
+    from airflow.triggers.base import TaskSuccessEvent
+    ended = asyncio.run(asyncio.wait_for(_first_event(HorovodArtifactTrigger(**kwargs)), timeout=20))
+    assert isinstance(ended, TaskSuccessEvent)
+    assert list(ended.xcoms) == ["return_value"] and list(ended.xcoms["return_value"]) == ["checkpoint"]
+    assert ended.xcoms["return_value"]["checkpoint"] == str(ckpts / "ckpt-0000000002.pt")
+
+
+async def _first_event(trigger):
+    async for event in trigger.run():
+        return event
 
 
 def test_every_class_the_provider_lists_is_importable():

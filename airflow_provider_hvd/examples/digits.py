@@ -148,7 +148,18 @@ def train_digits(data_dir: str, epochs: int = 20, lr: float = 0.05, batch_size: 
 def evaluate_and_check(evaluate: Callable[[str, str], dict], data_dir: str, checkpoint: str,
                        min_accuracy: float) -> dict:
     """The example DAGs' evaluate step, run by HorovodRunnerOperator(np=-1): on the training side,
-    where torch (or TensorFlow) is, not on the Airflow worker. Fails below ``min_accuracy``."""
+    where torch (or TensorFlow) is, not on the Airflow worker. Fails below ``min_accuracy``.
+
+    ``checkpoint``: a checkpoint, or a folder of them (its newest is evaluated)."""
+    from airflow_provider_hvd.runner.checkpoint import checkpoint_step, latest_checkpoint
+
+    try:
+        checkpoint_step(checkpoint)
+    except ValueError:
+        newest = latest_checkpoint(checkpoint)
+        if newest is None:
+            raise ValueError(f"no checkpoint under {checkpoint}: did training write one (save_checkpoint)?")
+        checkpoint = newest
     result = evaluate(data_dir, checkpoint)
     print(f"test accuracy {result['test_accuracy']:.4f} after {result['epoch']} epochs "
           f"({result['n_test']} test images) of {checkpoint}", flush=True)

@@ -6,10 +6,13 @@ training and evaluation functions differ (digits.py, digits_keras.py).
 prepare  -> writes the digits data set (scikit-learn's 8x8 MNIST stand-in, or a real
             MNIST .npz given as the ``mnist_path`` param) to storage as one shard per rank
 train    -> HorovodRunnerOperator: 2 ranks in a Spark barrier stage, timeline on,
-            checkpoints on rank 0
-wait     -> HorovodArtifactSensor: the timeline and this run's checkpoint are in storage
-evaluate -> test accuracy of the checkpoint (the task fails below ``min_accuracy``), on the
-            training side (HorovodRunnerOperator, np=-1): the Airflow worker needs no torch
+            checkpoints on rank 0, both under ``<storage>/<dag_id>/<run_id>/``
+wait     -> HorovodArtifactSensor, *beside* train: it waits for the run's timeline (written when
+            training ends) and a checkpoint, holding no worker slot meanwhile: deferred to the
+            triggerer (and ended there, their paths as XCom) where sensors are deferrable,
+            rescheduled otherwise
+evaluate -> test accuracy of the newest checkpoint (the task fails below ``min_accuracy``), on
+            the training side (HorovodRunnerOperator, np=-1): the Airflow worker needs no torch
 """
 
 from __future__ import annotations
@@ -29,6 +32,9 @@ NP = 2
 
 def digits_training_dag(dag_id: str, *, train: Callable, evaluate: Callable, tags: list[str], doc: str):
     data = f"data/{dag_id}"
+    # Known before train starts (not XCom from it), so that the sensor can wait beside it. One folder
+    # for every try: a retry resumes from, and evaluate reads, the newest checkpoint in it.
+    run_dir = "{{ params.storage }}/" + dag_id + "/{{ run_id }}"
 
     @dag(
         dag_id=dag_id,
@@ -70,17 +76,26 @@ def digits_training_dag(dag_id: str, *, train: Callable, evaluate: Callable, tag
             # `airflow tasks test <dag_id> train` works on its own after prepare ran once.
             op_kwargs={"data_dir": "{{ params.storage }}/" + data, "epochs": "{{ params.epochs }}", "lr": 0.05},
             storage_path="{{ params.storage }}",
-            timeline=True,
+            timeline=run_dir + "/timeline.json",
+            checkpoint_path=run_dir + "/checkpoints",
             max_restarts="{{ params.max_restarts }}",
             conf={"spark.log.level": "{{ params.spark_log_level }}"},
         )
 
         wait = HorovodArtifactSensor(
             task_id="wait_for_artifacts",
-            timeline_path="{{ ti.xcom_pull(task_ids='train', key='timeline') }}",
-            checkpoint_dir="{{ ti.xcom_pull(task_ids='train', key='checkpoint_dir') }}",
+            timeline_path=run_dir + "/timeline.json",
+            checkpoint_dir=run_dir + "/checkpoints",
             poke_interval=5,
-            timeout=600,
+            # As long as a training may take: it waits beside it. If train fails before it writes its
+            # timeline (killed, marked failed), mark the run failed too, or this waits until then.
+            timeout=2 * 3600,
+            # Never poke mode: a task blocking beside train. Deferred where the deployment makes sensors
+            # deferrable ([operators] default_deferrable, set in docker/compose.yaml), else rescheduled:
+            # `airflow dags test` runs one task at a time and a trigger inline to its end, so a deferral
+            # there would keep train from ever starting.
+            mode="reschedule",
+            end_from_trigger=True,
         )
 
         # Evaluation needs torch (or TensorFlow): it runs on the training side too, as one process
@@ -90,12 +105,13 @@ def digits_training_dag(dag_id: str, *, train: Callable, evaluate: Callable, tag
             python_callable=evaluate_and_check,
             np=-1,
             op_kwargs={"evaluate": evaluate, "data_dir": "{{ params.storage }}/" + data,
-                       "checkpoint": "{{ ti.xcom_pull(task_ids='wait_for_artifacts')['checkpoint'] }}",
+                       # The folder, not the sensor's find: after a retry, the newest is the last try's.
+                       "checkpoint": run_dir + "/checkpoints",
                        "min_accuracy": "{{ params.min_accuracy }}"},
             storage_path="{{ params.storage }}",
             conf={"spark.log.level": "{{ params.spark_log_level }}"},
         )
 
-        data_dir >> train_task >> wait >> evaluate_task
+        data_dir >> [train_task, wait] >> evaluate_task
 
     return digits_training()
