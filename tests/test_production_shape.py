@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 import time
@@ -17,6 +18,10 @@ from pathlib import Path
 import psutil
 import pytest
 from airflow_services import RestClient, free_port
+from conftest import RANK_MARKER, RSH_AGENT_MARKER
+from test_airflow_layer import SPARK_LOG_LINE
+
+from localcluster.topology import SPARK_UI_PORT
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -100,29 +105,61 @@ def test_hosts_reach_each_other_over_the_data_network_only(deployment):
         targets=[("127.0.0.1", 8080), ("127.0.0.1", deployment["api_port"])])).split() == ["open", "refused"]
 
 
+def trigger(api: RestClient, dag_id: str, conf: dict | None = None) -> str:
+    api.api("PATCH", f"/dags/{dag_id}", {"is_paused": False})
+    return api.api("POST", f"/dags/{dag_id}/dagRuns", {"logical_date": None, "conf": conf or {}})["dag_run_id"]
+
+
+def task_states(api: RestClient, dag_id: str, run_id: str) -> dict[str, str]:
+    tis = api.api("GET", f"/dags/{dag_id}/dagRuns/{run_id}/taskInstances")["task_instances"]
+    return {ti["task_id"]: ti["state"] for ti in tis}
+
+
+def follow_run(api: RestClient, dag_id: str, run_id: str, timeout: float) -> tuple[str, list[dict[str, str]]]:
+    """Polls the run until it ends; its final state and every change of its tasks' states seen meanwhile."""
+    seen: list[dict[str, str]] = []
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        states = task_states(api, dag_id, run_id)
+        if not seen or states != seen[-1]:
+            seen.append(states)
+        state = api.api("GET", f"/dags/{dag_id}/dagRuns/{run_id}")["state"]
+        if state in ("success", "failed"):
+            return state, seen
+        time.sleep(0.5)
+    raise AssertionError(f"{dag_id} {run_id} did not end within {timeout:.0f} s: {seen[-1:]}")
+
+
+def log_events(path: Path) -> list[str]:
+    """A task log file as Airflow's UI shows it: the events, in order."""
+    return [json.loads(line).get("event", "") for line in path.read_text().splitlines() if line.startswith("{")]
+
+
+def xcom(api: RestClient, dag_id: str, run_id: str, task_id: str, key: str = "return_value"):
+    value = api.api("GET", f"/dags/{dag_id}/dagRuns/{run_id}/taskInstances/{task_id}/xcomEntries/{key}")["value"]
+    return json.loads(value) if isinstance(value, str) and value[:1] in "{[" else value
+
+
 def test_mnist_trains_on_the_cluster_driven_through_the_rest_api(deployment):
     """hvd_mnist_pytorch as a user runs it: triggered through the REST API, its storage on s3://, the
-    Spark driver on the Airflow host, the ranks on the two workers."""
+    Spark driver on the Airflow host, the ranks on the two workers, the artifact sensor deferred to the
+    triggerer beside training and ended there."""
     api, state = deployment["api"], deployment["state"]
     t0 = time.monotonic()
-    api.api("PATCH", "/dags/hvd_mnist_pytorch", {"is_paused": False})
-    run_id = api.api("POST", "/dags/hvd_mnist_pytorch/dagRuns", {"logical_date": None})["dag_run_id"]
-    runs = api.wait_for_runs("hvd_mnist_pytorch", 1, timeout=540)
+    run_id = trigger(api, "hvd_mnist_pytorch")
+    final, seen = follow_run(api, "hvd_mnist_pytorch", run_id, timeout=540)
     print(f"hvd_mnist_pytorch on the cluster: {time.monotonic() - t0:.0f} s", flush=True)
-    tasks = f"/dags/hvd_mnist_pytorch/dagRuns/{run_id}/taskInstances"
-    states = {ti["task_id"]: ti["state"] for ti in api.api("GET", tasks)["task_instances"]}
-    train_log = airflow_logs(state) / "dag_id=hvd_mnist_pytorch" / f"run_id={run_id}" / "task_id=train"
-    assert runs[0]["state"] == "success", (states, (train_log / "attempt=1.log").read_text()[-5000:])
-    assert set(states.values()) == {"success"}, states
+    logs = airflow_logs(state) / "dag_id=hvd_mnist_pytorch" / f"run_id={run_id}"
+    train_log = logs / "task_id=train" / "attempt=1.log"
+    assert final == "success", (seen[-1], train_log.read_text()[-5000:])
+    assert set(seen[-1].values()) == {"success"}, seen[-1]
 
-    metrics = api.api("GET", f"{tasks}/evaluate/xcomEntries/return_value")["value"]
-    metrics = metrics if isinstance(metrics, dict) else json.loads(metrics)
+    metrics = xcom(api, "hvd_mnist_pytorch", run_id, "evaluate")
     assert metrics["test_accuracy"] >= 0.9, metrics
-    trained = api.api("GET", f"{tasks}/train/xcomEntries/return_value")["value"]
-    trained = trained if isinstance(trained, dict) else json.loads(trained)
+    trained = xcom(api, "hvd_mnist_pytorch", run_id, "train")
     assert trained["epoch"] == metrics["epoch"] and trained["train_accuracy"] > 0.5, trained  # rank 0's metrics
-    timeline = api.api("GET", f"{tasks}/train/xcomEntries/timeline")["value"]
-    checkpoints = api.api("GET", f"{tasks}/train/xcomEntries/checkpoint_dir")["value"]
+    timeline = xcom(api, "hvd_mnist_pytorch", run_id, "train", "timeline")
+    checkpoints = xcom(api, "hvd_mnist_pytorch", run_id, "train", "checkpoint_dir")
     assert timeline.startswith("s3://hvd-artifacts/") and checkpoints.startswith("s3://hvd-artifacts/")
     # Objects in the bucket, as another host of the cluster sees them (this machine reaches none).
     listing = json.loads(on_host(state, "airflow", f"""
@@ -131,10 +168,136 @@ fs = s3fs.S3FileSystem()
 print(json.dumps({{"timeline": fs.size({timeline!r}), "checkpoints": fs.ls({checkpoints!r})}}))"""))
     assert listing["timeline"] > 0 and any(p.endswith(".pt") for p in listing["checkpoints"]), listing
     # The ranks ran on the workers, over the data network, and their lines reached the task log.
-    log = (train_log / "attempt=1.log").read_text()
+    log = train_log.read_text()
     assert any("all 2 barrier tasks joined" in line and hosts in line for line in log.splitlines()
                for hosts in ("on 10.77.0.3, 10.77.0.4", "on 10.77.0.4, 10.77.0.3")), log[-5000:]
     assert "[0]<log>: epoch 1:" in log and "[1]<log>: epoch 1:" in log
+
+    # The sensor waited beside training in the triggerer, not in a worker slot ...
+    assert any(s.get("wait_for_artifacts") == "deferred" and s.get("train") == "running" for s in seen), seen
+    # ... and the triggerer ended it: its worker part ran once, up to the deferral, and never resumed;
+    # the trigger's own log (the triggerer's, beside the task's) says it ended the task there.
+    sensor_log = log_events(logs / "task_id=wait_for_artifacts" / "attempt=1.log")
+    assert sensor_log.count("::group::Pre Execute") == 1 and "Pausing task as DEFERRED. " in sensor_log, sensor_log
+    trigger_logs = list((logs / "task_id=wait_for_artifacts").glob("attempt=1.log.trigger.*.log"))
+    assert len(trigger_logs) == 1, trigger_logs
+    assert any("the task ends here, in the triggerer" in e for e in log_events(trigger_logs[0])), \
+        log_events(trigger_logs[0])
+    # What it found is its XCom, pushed by the triggerer: this run's timeline and final checkpoint.
+    found = xcom(api, "hvd_mnist_pytorch", run_id, "wait_for_artifacts")
+    assert found["timeline"] == timeline and found["checkpoint"].startswith(f"{checkpoints}/ckpt-"), found
+
+
+def processes_of_runs(state: Path) -> list[str]:
+    """Every process of a training on any host: ranks, mpirun/orted and their rsh agents, the Spark
+    driver (spark-submit's JVM and spark_app.py) and executors; each named with the host it runs on."""
+    holders = json.loads((state / "cluster.json").read_text())["holders"]
+    host_of = {}
+    for host, pid in holders.items():
+        try:
+            host_of[os.readlink(f"/proc/{pid}/ns/net")] = host
+        except OSError:
+            pass
+    markers = (RANK_MARKER, RSH_AGENT_MARKER, "spark_app.py", "org.apache.spark.deploy.SparkSubmit",
+               "CoarseGrainedExecutorBackend", "org.apache.spark.deploy.worker.DriverWrapper")
+    found = []
+    for proc in psutil.process_iter(["pid", "name", "cmdline"]):
+        cmdline = " ".join(proc.info["cmdline"] or [])
+        if proc.info["name"] in ("orted", "mpirun") or any(m in cmdline for m in markers):
+            try:
+                host = host_of.get(os.readlink(f"/proc/{proc.pid}/ns/net"), "this machine")
+            except OSError:
+                continue  # gone meanwhile
+            found.append(f"{host}: {proc.pid} {cmdline[:150]}")
+    return found
+
+
+def test_marking_the_training_failed_mid_run_ends_it_on_every_host_within_10_s(deployment):
+    """A user marks the running training task failed in the UI (here through the REST API): every
+    process of that training, on the Airflow host and both workers, is gone within 10 s, and the
+    Spark master runs no application any more."""
+    api, state = deployment["api"], deployment["state"]
+    run_id = trigger(api, "hvd_mnist_pytorch", {"epochs": 500})
+    train_log = airflow_logs(state) / "dag_id=hvd_mnist_pytorch" / f"run_id={run_id}" / "task_id=train" / \
+        "attempt=1.log"
+    deadline = time.monotonic() + 300
+    while not (train_log.exists() and "[1]<log>: epoch 3:" in train_log.read_text()):
+        assert time.monotonic() < deadline, task_states(api, "hvd_mnist_pytorch", run_id)
+        time.sleep(0.3)
+    running = processes_of_runs(state)
+    # Mid-training: a rank on each worker, the driver on the Airflow host.
+    for host in ("spark-worker-1", "spark-worker-2"):
+        assert any(line.startswith(f"{host}: ") and RANK_MARKER in line for line in running), running
+    assert any(line.startswith("airflow: ") and "spark_app.py" in line for line in running), running
+
+    marked = time.monotonic()
+    api.api("PATCH", f"/dags/hvd_mnist_pytorch/dagRuns/{run_id}/taskInstances/train", {"new_state": "failed"})
+    while processes_of_runs(state) and time.monotonic() - marked < 10:
+        time.sleep(0.2)
+    left = processes_of_runs(state)
+    assert not left, f"{time.monotonic() - marked:.1f} s after train was marked failed: {left}"
+    print(f"every process of the training gone {time.monotonic() - marked:.1f} s after the mark", flush=True)
+    apps = json.loads(on_host(state, "spark-master", f"""
+import urllib.request
+print(urllib.request.urlopen("http://spark-master:{SPARK_UI_PORT}/json/", timeout=5).read().decode())"""))
+    assert apps["activeapps"] == [], apps["activeapps"]
+    # The sensor beside it would wait for artifacts that never come: the user ends the run too.
+    states = task_states(api, "hvd_mnist_pytorch", run_id)
+    assert states["train"] == "failed" and states["evaluate"] == "upstream_failed", states
+    api.api("PATCH", f"/dags/hvd_mnist_pytorch/dagRuns/{run_id}", {"state": "failed"})
+    # The task's log says why it ended (written once its supervisor has seen the task process go).
+    deadline = time.monotonic() + 30
+    while "Task killed!" not in log_events(train_log) and time.monotonic() < deadline:
+        time.sleep(0.5)
+    assert "Task killed!" in log_events(train_log), log_events(train_log)[-20:]
+
+
+def test_landing_data_starts_the_retraining_which_resumes_from_its_checkpoint_in_s3(deployment):
+    """hvd_scheduled_retraining runs when data lands (its Asset): once from the ingest DAG, once from a
+    data pipeline announcing new data through the REST API; the second run resumes from the first
+    one's checkpoint in the bucket."""
+    api, state = deployment["api"], deployment["state"]
+    api.api("PATCH", "/dags/hvd_scheduled_retraining", {"is_paused": False})
+    # Scheduled on its data asset alone: nothing runs until data lands.
+    assert api.api("GET", "/dags/hvd_scheduled_retraining/dagRuns")["total_entries"] == 0
+    # The ingest DAG lands data on its own schedule (daily: unpausing it runs the latest day).
+    api.api("PATCH", "/dags/hvd_digits_ingest", {"is_paused": False})
+    ingest = api.wait_for_runs("hvd_digits_ingest", 1, timeout=120)
+    assert ingest[0]["state"] == "success" and ingest[0]["run_type"] == "scheduled"
+    first = api.wait_for_runs("hvd_scheduled_retraining", 1, timeout=300)[0]
+    assert first["run_type"] == "asset_triggered" and first["state"] == "success", first
+    events = api.api("GET", f"/dags/hvd_scheduled_retraining/dagRuns/{first['dag_run_id']}"
+                            "/upstreamAssetEvents")["asset_events"]
+    assert [(e["name"], e["source_dag_id"]) for e in events] == [("hvd_digits_data", "hvd_digits_ingest")]
+
+    # New data announced from outside Airflow (a data pipeline calling the REST API) starts another
+    # run, which continues from the first one's checkpoint.
+    asset = api.api("GET", "/assets?name_pattern=hvd_digits_data")["assets"][0]
+    assert asset["uri"].startswith("s3://hvd-artifacts/"), asset
+    api.api("POST", "/assets/events", {"asset_id": asset["id"], "extra": {"from": "test"}})
+    runs = api.wait_for_runs("hvd_scheduled_retraining", 2, timeout=300)
+    second = runs[-1]
+    assert second["run_type"] == "asset_triggered" and second["state"] == "success", runs
+
+    def retrain_log(run: dict) -> list[str]:
+        return log_events(airflow_logs(state) / "dag_id=hvd_scheduled_retraining" / f"run_id={run['dag_run_id']}"
+                          / "task_id=retrain" / "attempt=1.log")
+
+    first_log, second_log = retrain_log(first), retrain_log(second)
+    assert any("training starts fresh" in line for line in first_log), first_log[-40:]
+    resumed = [line for line in second_log if line.startswith("Resuming from checkpoint")]
+    assert resumed and "s3://hvd-artifacts/" in resumed[0] and "/models/digits/checkpoints/ckpt-" in resumed[0], \
+        second_log[-40:]
+    # The checkpoint it resumed from is an object in the bucket, written by the first run.
+    checkpoint = resumed[0].split()[3]
+    assert on_host(state, "airflow", f"import s3fs; print(s3fs.S3FileSystem().size({checkpoint!r}))").strip() != "0"
+    # The task log reads as a training log: the ranks' lines, and of Spark's INFO lines only the one
+    # that says where its UI is (the JVM starts with our log4j2 configuration, under the scheduler too).
+    assert any(re.match(r"\[0\]<log>: epoch \d+:", line) for line in first_log), first_log[-40:]
+    spark_info = [line for line in first_log if SPARK_LOG_LINE.fullmatch(line) and " INFO " in line]
+    assert spark_info and all(" INFO SparkUI:" in line for line in spark_info), spark_info
+    for name in ("scheduler", "triggerer", "dag-processor", "api-server"):
+        assert "Traceback" not in host_log(state, "airflow", name), name
 
 
 def test_a_users_own_dag_folder_is_served_beside_the_platforms(deployment):
