@@ -18,9 +18,10 @@ from pathlib import Path
 import psutil
 import pytest
 from airflow_services import RestClient, free_port
-from conftest import RANK_MARKER, RSH_AGENT_MARKER
+from conftest import RANK_MARKER, RSH_AGENT_MARKER, run_processes
 from test_airflow_layer import SPARK_LOG_LINE
 
+from localcluster.services import Cluster
 from localcluster.topology import SPARK_UI_PORT
 
 REPO = Path(__file__).resolve().parent.parent
@@ -217,18 +218,18 @@ def test_marking_the_training_failed_mid_run_ends_it_on_every_host_within_10_s(d
     process of that training, on the Airflow host and both workers, is gone within 10 s, and the
     Spark master runs no application any more."""
     api, state = deployment["api"], deployment["state"]
-    run_id = trigger(api, "hvd_mnist_pytorch", {"epochs": 500})
-    train_log = airflow_logs(state) / "dag_id=hvd_mnist_pytorch" / f"run_id={run_id}" / "task_id=train" / \
-        "attempt=1.log"
-    deadline = time.monotonic() + 300
-    while not (train_log.exists() and "[1]<log>: epoch 3:" in train_log.read_text()):
-        assert time.monotonic() < deadline, task_states(api, "hvd_mnist_pytorch", run_id)
-        time.sleep(0.3)
+    run_id = trigger(api, "hvd_mnist_pytorch", {"epochs": 2000})
+    train_log = wait_until_training(api, state, run_id)
     running = processes_of_runs(state)
     # Mid-training: a rank on each worker, the driver on the Airflow host.
     for host in ("spark-worker-1", "spark-worker-2"):
         assert any(line.startswith(f"{host}: ") and RANK_MARKER in line for line in running), running
     assert any(line.startswith("airflow: ") and "spark_app.py" in line for line in running), running
+    # The task's links are in the UI while it runs, not only once it ends.
+    links = {key: xcom(api, "hvd_mnist_pytorch", run_id, "train", key)
+             for key in ("_link_SparkUILink", "_link_CheckpointsLink", "_link_HorovodTimelineLink")}
+    assert links["_link_SparkUILink"].startswith("http://airflow:"), links
+    assert links["_link_CheckpointsLink"].startswith("s3://hvd-artifacts/"), links
 
     marked = time.monotonic()
     api.api("PATCH", f"/dags/hvd_mnist_pytorch/dagRuns/{run_id}/taskInstances/train", {"new_state": "failed"})
@@ -250,6 +251,70 @@ print(urllib.request.urlopen("http://spark-master:{SPARK_UI_PORT}/json/", timeou
     while "Task killed!" not in log_events(train_log) and time.monotonic() < deadline:
         time.sleep(0.5)
     assert "Task killed!" in log_events(train_log), log_events(train_log)[-20:]
+
+
+def on_host_run(state: Path, host: str, *command: str) -> None:
+    done = subprocess.run([sys.executable, "-m", "localcluster", "exec", host, *command], cwd=REPO,
+                          capture_output=True, text=True, timeout=60, env={**os.environ, "HVD_CLUSTER_STATE": str(state)})
+    assert done.returncode == 0, done.stdout + done.stderr
+
+
+def wait_until_training(api: RestClient, state: Path, run_id: str, epoch: int = 3) -> Path:
+    """The train task's log file, once both ranks logged ``epoch``."""
+    train_log = airflow_logs(state) / "dag_id=hvd_mnist_pytorch" / f"run_id={run_id}" / "task_id=train" / \
+        "attempt=1.log"
+    deadline = time.monotonic() + 300
+    while not (train_log.exists() and f"[1]<log>: epoch {epoch}:" in train_log.read_text()):
+        assert time.monotonic() < deadline, task_states(api, "hvd_mnist_pytorch", run_id)
+        time.sleep(0.3)
+    return train_log
+
+
+@pytest.mark.faults
+def test_a_worker_host_cut_from_the_network_fails_the_run_within_10_s_naming_it(deployment, fault):
+    record = fault("a worker host's network cut mid-training (make cluster: `ip link set eth1 down` on "
+                   "spark-worker-2, client mode)",
+                   "the training task fails within 10 s naming spark-worker-2, not restarted; the ranks end "
+                   "while the host is still cut off; once the link is back nothing of the run is left")
+    api, state = deployment["api"], deployment["state"]
+    run_id = trigger(api, "hvd_mnist_pytorch", {"epochs": 2000})
+    train_log = wait_until_training(api, state, run_id)
+    on_host_run(state, "spark-worker-2", "ip", "link", "set", "eth1", "down")
+    record.start()
+    try:
+        deadline = time.monotonic() + 60
+        while task_states(api, "hvd_mnist_pytorch", run_id)["train"] not in ("failed", "success") \
+                and time.monotonic() < deadline:
+            time.sleep(0.25)
+        failed_after = record.failed_after()
+        # Still cut off, the host's ranks end by themselves: their task hears nothing from the driver.
+        deadline = time.monotonic() + 20
+        while run_processes() and time.monotonic() < deadline:
+            time.sleep(0.5)
+        cut_off_left = [" ".join(p.cmdline()) for p in run_processes()]
+    finally:
+        on_host_run(state, "spark-worker-2", "ip", "link", "set", "eth1", "up")
+    events = log_events(train_log)
+    assert task_states(api, "hvd_mnist_pytorch", run_id)["train"] == "failed", events[-30:]
+    assert failed_after <= 10, f"train failed {failed_after:.1f} s after the cut: {events[-30:]}"
+    named = [e for e in events if "host spark-worker-2 (10.77.0.4)" in e and "stopped answering" in e]
+    assert named, events[-30:]
+    assert not cut_off_left, cut_off_left
+    # The sensor beside it waits for artifacts that never come: end the run, once the scheduler has
+    # marked evaluate (marking it meanwhile can deadlock in PostgreSQL against the scheduler's update).
+    deadline = time.monotonic() + 30
+    while task_states(api, "hvd_mnist_pytorch", run_id)["evaluate"] != "upstream_failed":
+        assert time.monotonic() < deadline, task_states(api, "hvd_mnist_pytorch", run_id)
+        time.sleep(0.5)
+    api.api("PATCH", f"/dags/hvd_mnist_pytorch/dagRuns/{run_id}", {"state": "failed"})
+    # With the link back, Spark's executor there finds its driver gone, and ends.
+    deadline = time.monotonic() + 90
+    while processes_of_runs(state) and time.monotonic() < deadline:
+        time.sleep(1)
+    assert not processes_of_runs(state), processes_of_runs(state)
+    record.observe(f"train failed {failed_after:.1f} s after the cut: {named[0][:160]}")
+    # Both workers serve again (for what comes next, as for a user's next run).
+    Cluster(state).wait_workers(2, timeout=120)
 
 
 def test_landing_data_starts_the_retraining_which_resumes_from_its_checkpoint_in_s3(deployment):
@@ -291,6 +356,12 @@ def test_landing_data_starts_the_retraining_which_resumes_from_its_checkpoint_in
     # The checkpoint it resumed from is an object in the bucket, written by the first run.
     checkpoint = resumed[0].split()[3]
     assert on_host(state, "airflow", f"import s3fs; print(s3fs.S3FileSystem().size({checkpoint!r}))").strip() != "0"
+    # Each run published its model, the second one trained further.
+    published = [xcom(api, "hvd_scheduled_retraining", run["dag_run_id"], "publish") for run in (first, second)]
+    assert published[1]["epoch"] > published[0]["epoch"], published
+    assert published[1]["model"] == published[0]["model"] and published[1]["model"].startswith("s3://hvd-artifacts/")
+    assert on_host(state, "airflow", f"import s3fs; print(s3fs.S3FileSystem().exists({published[1]['model']!r}))"
+                   ).strip() == "True"
     # The task log reads as a training log: the ranks' lines, and of Spark's INFO lines only the one
     # that says where its UI is (the JVM starts with our log4j2 configuration, under the scheduler too).
     assert any(re.match(r"\[0\]<log>: epoch \d+:", line) for line in first_log), first_log[-40:]

@@ -38,6 +38,7 @@ def rank_error(kind, **kw):
 # One case per row of the table, in its order.
 CASES = [
     (rank_error("lost"), True),
+    (rank_error("unreachable"), False),
     (SparkStageError("x", executor_lost=True), True),
     (rank_error("signal", signal="SIGKILL"), True),
     (rank_error("peer_lost", exc_type="HorovodInternalError"), True),

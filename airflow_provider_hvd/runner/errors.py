@@ -19,10 +19,11 @@ class RankFailedError(HorovodRunError):
     (driver/restart_policy.py): ``exception`` (the training function raised), ``peer_lost``
     (only Horovod's own HorovodInternalError: its peers vanished, e.g. a network failure
     between ranks), ``signal``, ``exit`` (a non-zero exit code without an exception),
-    ``lost`` (its Spark task or executor died), ``daemon`` (Open MPI's orted or mpirun crashed).
+    ``lost`` (its Spark task or executor died), ``unreachable`` (its host stopped answering: the
+    driver's connection to its task timed out), ``daemon`` (Open MPI's orted or mpirun crashed).
     """
 
-    KINDS = ("exception", "peer_lost", "signal", "exit", "lost", "daemon")
+    KINDS = ("exception", "peer_lost", "signal", "exit", "lost", "unreachable", "daemon")
 
     def __init__(self, message: str, *, rank: int, host: str | None = None,
                  exc_type: str | None = None, returncode: int | None = None,

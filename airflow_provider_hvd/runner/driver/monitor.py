@@ -272,7 +272,15 @@ class RunMonitor:
                                    traceback=exc["traceback"], returncode=returncode, tail=tail,
                                    kind="peer_lost" if _is_consequence(exc) else "exception")
         kind, signal = "exit", event.data.get("signal")
-        if event.kind == EventKind.LAUNCHER_LOST:
+        if event.kind == EventKind.LAUNCHER_LOST and event.data.get("unreachable"):
+            kind = "unreachable"
+            hostname = event.data.get("hostname")
+            named = f"{hostname} ({host})" if hostname and hostname != host else host
+            message = (f"HorovodRunner: host {named}, where rank {rank} runs, stopped answering: the driver's "
+                       "connection to its Spark task timed out (its network is down, or the host is). Not "
+                       "restarted: Spark still counts that host's executors until spark.network.timeout. Check "
+                       f"{named}'s network; a retry of the task starts the run anew.")
+        elif event.kind == EventKind.LAUNCHER_LOST:
             kind = "lost"
             message = (f"HorovodRunner: lost contact with {who}'s launcher: its Spark task or executor "
                        "died. Check the executor's log for an out-of-memory kill or a lost worker.")

@@ -28,6 +28,9 @@ from airflow_provider_hvd.runner.errors import (
 TABLE: list[tuple[str, str, bool, str]] = [
     ("a rank's Spark task or executor died (preemption, a lost host, an out-of-memory kill of the executor)",
      'RankFailedError, kind="lost"', True, "the cluster lost capacity; Spark replaces executors"),
+    ("a rank's host stopped answering (the driver's connection to its task timed out: a network cut)",
+     'RankFailedError, kind="unreachable"', False, "Spark still counts that host's executors until "
+                                                   "spark.network.timeout: a new stage would wait on them"),
     ("the Spark stage failed with ExecutorLostFailure before any rank could say why",
      "SparkStageError, executor_lost=True", True, "as above"),
     ("a rank was killed by a signal (SIGKILL from the OOM killer or a preemption, SIGSEGV, SIGBUS)",

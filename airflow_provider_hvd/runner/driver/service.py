@@ -25,7 +25,7 @@ from typing import Any, Callable
 
 from airflow_provider_hvd.runner.driver.kv_store import KeyValueStore
 from airflow_provider_hvd.runner.driver.roster import Roster
-from airflow_provider_hvd.runner.wire.channel import Channel, ChannelClosed, ChannelServer
+from airflow_provider_hvd.runner.wire.channel import Channel, ChannelClosed, ChannelServer, is_unreachable
 from airflow_provider_hvd.runner.wire.messages import EventKind, Op, Role, Stream
 
 log = logging.getLogger(__name__)
@@ -74,6 +74,7 @@ class DriverService:
         # (Role.LAUNCHER, rank), barrier tasks still serving something by (Role.TASK, partition).
         self._peers: dict[tuple[Role, int], Channel] = {}
         self._peers_changed = threading.Condition()
+        self._unreachable: set[str] = set()  # addresses of hosts whose connections timed out
         self._server = ChannelServer(secret, self._handle, host=host)
         self.port = self._server.port
 
@@ -107,7 +108,7 @@ class DriverService:
         else:
             log.warning("driver service: a %s peer cannot talk to the driver, from %s", role, channel.peer)
             return
-        said_bye = False
+        said_bye, unreachable = False, False
         try:
             while True:
                 message = channel.recv_json()
@@ -138,11 +139,15 @@ class DriverService:
         except (ChannelClosed, OSError, ValueError) as exc:
             if isinstance(exc, ValueError):  # an unknown or misplaced op: a bug, say so
                 log.warning("driver service: dropped %s %d (%s): %s", role, rank, channel.peer, exc)
+            unreachable = is_unreachable(exc)
         finally:
+            if unreachable:
+                self._mark_unreachable(channel, hello.get("hostname"))
             if role == Role.RANK:
                 self.events.put(Event(EventKind.RANK_CLOSED, rank, hello))
             else:
-                self._release((Role.LAUNCHER, rank), said_bye, hello.get("ranks", [rank]), hello)
+                self._release((Role.LAUNCHER, rank), said_bye, hello.get("ranks", [rank]),
+                              {**hello, "unreachable": unreachable})
 
     def _serve_task(self, channel: Channel, hello: dict[str, Any]) -> None:
         if self._roster is None:
@@ -150,7 +155,7 @@ class DriverService:
             return
         partition = int(hello.get("partition", -1))
         self._hold((Role.TASK, partition), channel)
-        said_bye = False
+        said_bye, unreachable = False, False
         try:
             slots = self._roster.join(channel, partition, dict(hello.get("info") or {}))
             if slots is not None:
@@ -158,12 +163,25 @@ class DriverService:
                 log.info("HorovodRunner: all %d barrier tasks joined in %.1f s, on %s", len(slots),
                          time.monotonic() - self._t0, ", ".join(hosts))
             said_bye = channel.read_until(Op.BYE)
+            unreachable = channel.ended_by is not None and is_unreachable(channel.ended_by)
         except (ChannelClosed, OSError, ValueError) as exc:
             if isinstance(exc, ValueError):
                 log.warning("driver service: %s", exc)
+            unreachable = is_unreachable(exc)
         finally:
+            info = hello.get("info") or {}
+            if unreachable:
+                self._mark_unreachable(channel, info.get("hostname"))
             self._release((Role.TASK, partition), said_bye, self._roster.ranks_of(partition),
-                          {"host": hello.get("info", {}).get("host", "?")})
+                          {"host": info.get("host", "?"), "hostname": info.get("hostname"),
+                           "unreachable": unreachable})
+
+    def _mark_unreachable(self, channel: Channel, hostname: str | None) -> None:
+        address = channel.peer.rsplit(":", 1)[0]
+        if address not in self._unreachable:
+            self._unreachable.add(address)
+            log.warning("HorovodRunner: the connection to %s%s timed out: that host stopped answering", address,
+                        f" ({hostname})" if hostname else "")
 
     def ranks_of_task(self, partition: int) -> list[int]:
         """The ranks barrier task ``partition`` holds (empty in local mode or before the roster completed)."""
@@ -193,11 +211,18 @@ class DriverService:
         mpirun's own abort, and Open MPI 4.1's mpirun then crashed in PMIx_Finalize ("abort is
         already in progress"; 3 of 30 runs of the stress test in a clean-clone run)."""
         self._closing.set()
+        if self._unreachable:
+            # A host stopped answering: mpirun's abort waits on its daemon there for ever, and the
+            # run has its error already. What does not leave in a second dies with its Spark task.
+            grace = min(grace, 1.0)
         deadline = time.monotonic() + grace
         for role in (Role.LAUNCHER, Role.TASK):
             with self._peers_changed:
                 channels = [channel for (who, _), channel in self._peers.items() if who == role]
             for channel in channels:
+                if channel.peer.rsplit(":", 1)[0] in self._unreachable:
+                    channel.close()  # its host stopped answering: a stop would only wait out the grace
+                    continue
                 try:
                     channel.send_json({"op": Op.STOP})
                 except OSError:

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import json
 import os
+import socket
 
 from airflow_provider_hvd.runner.wire.messages import LaunchEnv, TaskSpec
 
@@ -38,7 +39,7 @@ def run_barrier_task(spec: TaskSpec, _rows):
     from airflow_provider_hvd.runner.task.roster_member import RosterMember
 
     member = RosterMember((spec.driver_host, spec.driver_port), bytes.fromhex(spec.secret_hex),
-                          ctx.partitionId(), {"host": executor_host(ctx)})
+                          ctx.partitionId(), {"host": executor_host(ctx), "hostname": socket.gethostname()})
     try:
         task_hosts = [t["host"] for t in member.tasks()]
     finally:
@@ -77,7 +78,7 @@ def _mpi_task(spec: TaskSpec, ctx):
     member = None
     try:
         gpus = task_gpu_addresses(ctx)
-        mine = {"host": executor_host(ctx), "rsh_port": service.port, "gpus": ",".join(gpus) if gpus else None}
+        mine = {"host": executor_host(ctx), "hostname": socket.gethostname(), "rsh_port": service.port, "gpus": ",".join(gpus) if gpus else None}
         member = RosterMember((spec.driver_host, spec.driver_port), secret, ctx.partitionId(), mine)
         tasks = member.tasks()
         slots = assign_slots([t["host"] for t in tasks])

@@ -16,6 +16,7 @@ import json
 import os
 import shutil
 import signal
+import socket
 import subprocess
 import sys
 import tempfile
@@ -137,7 +138,7 @@ class MpiRun:
     def start(self) -> None:
         self._link = DriverLink(self._driver, self._secret,
                                 {"role": Role.LAUNCHER, "rank": 0, "ranks": list(range(self.np)),
-                                 "host": self._hosts[0][0], "pid": os.getpid(),
+                                 "host": self._hosts[0][0], "hostname": socket.gethostname(), "pid": os.getpid(),
                                  "hosts": [h for h, n in self._hosts for _ in range(n)]})
         # mpirun ends its job on SIGTERM; it gets one when this launcher's thread dies (a killed
         # Spark task or driver), so its ranks never outlive the run.

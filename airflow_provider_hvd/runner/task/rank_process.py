@@ -17,6 +17,7 @@ import json
 import os
 import shutil
 import signal
+import socket
 import subprocess
 import sys
 import tempfile
@@ -61,7 +62,8 @@ class RankProcess:
         """Connect to the driver, then spawn the rank. Call from a thread that outlives the rank
         (the rank dies with the thread that started it, through PR_SET_PDEATHSIG)."""
         self._link = DriverLink(self._driver, self._secret, {"role": Role.LAUNCHER, "rank": self.rank,
-                                                             "host": self.host, "pid": os.getpid()})
+                                                             "host": self.host, "hostname": socket.gethostname(),
+                                                             "pid": os.getpid()})
         self._rendezvous = RendezvousProxy(self._driver, self._secret, self.rank)
         self._env.update(self._rendezvous.env())
         if self._timeline_interval:

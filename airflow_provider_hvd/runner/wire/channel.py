@@ -24,6 +24,7 @@ by a lock so that several threads of a process can share one channel.
 
 from __future__ import annotations
 
+import errno
 import hashlib
 import hmac
 import json
@@ -47,6 +48,29 @@ _AUTH_CONTEXT = b"airflow-provider-hvd channel v2\0"
 _TAG = 16  # AES-GCM's authentication tag
 _CHUNK = 4 << 20  # plaintext bytes per sealed chunk
 AUTH_TIMEOUT_S = 10.0
+# A peer whose host vanishes (its network cut, the machine powered off) sends no FIN or RST:
+# without keepalive, a side waiting to read would wait for ever. With it, an idle connection to a
+# silent host fails with ETIMEDOUT about idle + interval * probes seconds after the host went
+# quiet; a live peer's kernel answers the probes, however busy the process is. The server side
+# (the driver, which names what failed) gives up first (~3 s against ~5 s): otherwise mpirun's
+# account of the daemon it lost on that host could arrive first and read as an Open MPI crash.
+CLIENT_KEEPALIVE = (2, 1, 3)  # idle s, interval s, probes
+SERVER_KEEPALIVE = (1, 1, 2)
+
+
+def _tune(sock: socket.socket, keepalive: tuple[int, int, int]) -> None:
+    idle, interval, probes = keepalive
+    sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_KEEPALIVE, 1)
+    sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_KEEPIDLE, idle)
+    sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_KEEPINTVL, interval)
+    sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_KEEPCNT, probes)
+
+
+def is_unreachable(exc: BaseException) -> bool:
+    """The connection failed because the peer's host stopped answering (keepalive or
+    retransmissions timed out, no route), not because the peer closed or reset it."""
+    return isinstance(exc, OSError) and exc.errno in (errno.ETIMEDOUT, errno.EHOSTUNREACH, errno.ENETUNREACH)
 
 
 class ChannelClosed(ConnectionError):
@@ -112,6 +136,7 @@ class Channel:
         self._send_lock = threading.Lock()
         self._sealer = _Sealer(send_key)
         self._opener = _Sealer(recv_key)
+        self.ended_by: BaseException | None = None  # set by read_until when the channel failed
 
     def send_json(self, message: dict[str, Any]) -> None:
         self._send(b"J", json.dumps(message).encode())
@@ -171,13 +196,14 @@ class Channel:
     def read_until(self, op: str | None = None) -> bool:
         """Read and drop frames until a message with ``op`` arrives (True) or the channel ends
         (False); with ``op=None``, until it ends. The one loop behind "wait until the driver
-        says stop, or is gone" in every process."""
+        says stop, or is gone" in every process. ``ended_by``: why it ended, when it did."""
         try:
             while True:
                 kind, message = self.recv()
                 if op is not None and kind == "json" and message.get("op") == op:
                     return True
-        except Exception:  # closed, reset, or garbage: the peer is gone either way
+        except Exception as exc:  # closed, reset, timed out or garbage: the peer is gone either way
+            self.ended_by = exc
             return False
 
     def close(self) -> None:
@@ -194,7 +220,7 @@ def connect(address: tuple[str, int], secret: bytes, hello: dict[str, Any],
     once the server's sealed reply proved it holds the secret too."""
     sock = socket.create_connection(address, timeout=timeout)
     try:
-        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        _tune(sock, CLIENT_KEEPALIVE)
         server_nonce = bytes(_recv_exact(sock, _NONCE_SIZE))
         client_nonce = os.urandom(_NONCE_SIZE)
         sock.sendall(client_nonce + _answer(secret, server_nonce, client_nonce))
@@ -254,7 +280,7 @@ class ChannelServer:
         peer = f"{addr[0]}:{addr[1]}"
         try:
             sock.settimeout(AUTH_TIMEOUT_S)
-            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            _tune(sock, SERVER_KEEPALIVE)
             server_nonce = os.urandom(_NONCE_SIZE)
             sock.sendall(server_nonce)
             reply = _recv_exact(sock, _NONCE_SIZE + 32)
