@@ -4,6 +4,9 @@
     python -m localcluster down                   stop everything: no process, namespace, mount or port left
     python -m localcluster exec HOST CMD...       run a command on one host, in its services' environment
                                                   (as `docker compose exec`)
+    python -m localcluster restart HOST SERVICE [--crash]
+                                                  stop one service (SIGTERM; --crash: SIGKILL) and start it
+                                                  again (as `docker compose restart`), e.g. airflow triggerer
 """
 
 from __future__ import annotations
@@ -29,6 +32,10 @@ def main(argv: list[str]) -> int:
     run = sub.add_parser("exec")
     run.add_argument("host", choices=[h.name for h in HOSTS])
     run.add_argument("cmd", nargs=argparse.REMAINDER)
+    restart = sub.add_parser("restart")
+    restart.add_argument("host", choices=[h.name for h in HOSTS])
+    restart.add_argument("service")
+    restart.add_argument("--crash", action="store_true", help="SIGKILL instead of SIGTERM")
     args = parser.parse_args(argv)
     if os.geteuid() != 0:
         parser.error("namespaces, bridges and mounts need root: run it as root (sudo make cluster)")
@@ -48,6 +55,13 @@ def main(argv: list[str]) -> int:
         return 0
     if not cluster.info:
         parser.error("no cluster is up: make cluster")
+    if args.command == "restart":
+        try:
+            pid = cluster.restart(args.host, args.service, crash=args.crash)
+        except KeyError as exc:
+            parser.error(str(exc.args[0]))
+        print(f"{args.service} on {args.host} restarted (pid {pid})")
+        return 0
     os.chdir("/")
     os.execvpe("nsenter", [*network.enter(cluster.info["holders"][args.host]), *args.cmd],
                cluster.host_env(args.host))

@@ -18,6 +18,8 @@ import json
 import os
 import pwd
 import secrets
+import shutil
+import signal
 import socket
 import subprocess
 import sys
@@ -82,8 +84,32 @@ class Cluster:
                                     stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                                     start_new_session=True)
         self.info.setdefault("services", {})[f"{host}/{service}"] = proc.pid
+        self.info.setdefault("launch", {})[f"{host}/{service}"] = {"command": command, "env": env}
         self.save()
         return proc.pid
+
+    def restart(self, host: str, service: str, crash: bool = False, timeout: float = 30) -> int:
+        """Stop ``service`` on ``host`` (SIGTERM to its process group; ``crash``: SIGKILL, as a machine
+        or OOM kill would) and start it again as it was started (`docker compose restart`)."""
+        key = f"{host}/{service}"
+        if key not in self.info.get("launch", {}):
+            raise KeyError(f"no service {service!r} on {host!r}: {sorted(self.info.get('launch', {}))}")
+        group = self.info["services"][key]
+        try:
+            os.killpg(group, signal.SIGKILL if crash else signal.SIGTERM)
+        except ProcessLookupError:
+            pass
+        deadline = time.monotonic() + timeout
+        while True:
+            try:
+                os.killpg(group, 0)
+            except ProcessLookupError:
+                break
+            if time.monotonic() > deadline:
+                os.killpg(group, signal.SIGKILL)
+            time.sleep(0.2)
+        launch = self.info["launch"][key]
+        return self.start(host, service, launch["command"], launch["env"])
 
     def run(self, host: str, command: list[str], env: dict[str, str] | None = None, timeout: float = 600,
             check: bool = True) -> subprocess.CompletedProcess:
@@ -111,7 +137,11 @@ class Cluster:
     # ---- the services ----
 
     def up(self, api_port: int) -> None:
+        if self.info_path.exists():
+            raise SystemExit(f"a cluster is already up (its state: {self.state}): make cluster-down first")
         self.state.mkdir(parents=True, exist_ok=True)
+        # The last cluster's disks and logs, kept by `down` for reading: a new cluster starts empty.
+        shutil.rmtree(self.state / "hosts", ignore_errors=True)
         secret = {"postgres": secrets.token_hex(16), "s3_secret": secrets.token_hex(16),
                   "jwt": secrets.token_hex(32), "signing_key": secrets.token_hex(32)}
         self.info = {"secret": secret, "api_port": api_port}

@@ -317,6 +317,35 @@ def test_a_worker_host_cut_from_the_network_fails_the_run_within_10_s_naming_it(
     Cluster(state).wait_workers(2, timeout=120)
 
 
+@pytest.mark.faults
+def test_the_triggerer_restarted_while_the_sensor_is_deferred_still_completes_it(deployment, fault):
+    record = fault("Airflow's triggerer killed (SIGKILL) and started again while hvd_mnist_pytorch's sensor is "
+                   "deferred (make cluster)",
+                   "the new triggerer takes the trigger over: the sensor, ended there, and the run succeed")
+    api, state = deployment["api"], deployment["state"]
+    run_id = trigger(api, "hvd_mnist_pytorch")
+    deadline = time.monotonic() + 180
+    while task_states(api, "hvd_mnist_pytorch", run_id).get("wait_for_artifacts") != "deferred":
+        assert time.monotonic() < deadline, task_states(api, "hvd_mnist_pytorch", run_id)
+        time.sleep(0.5)
+    done = subprocess.run([sys.executable, "-m", "localcluster", "restart", "airflow", "triggerer", "--crash"],
+                          cwd=REPO, capture_output=True, text=True, timeout=120,
+                          env={**os.environ, "HVD_CLUSTER_STATE": str(state)})
+    assert done.returncode == 0, done.stdout + done.stderr
+    record.start()
+    final, seen = follow_run(api, "hvd_mnist_pytorch", run_id, timeout=300)
+    assert final == "success", seen[-3:]
+    took = record.failed_after()
+    sensor_dir = airflow_logs(state) / "dag_id=hvd_mnist_pytorch" / f"run_id={run_id}" / "task_id=wait_for_artifacts"
+    trigger_log = [e for path in sensor_dir.glob("attempt=1.log.trigger.*.log") for e in log_events(path)]
+    # Started by the killed triggerer, then again by the new one, which ended the task.
+    assert sum(e.endswith(" starting") for e in trigger_log) >= 2, trigger_log
+    assert any("the task ends here, in the triggerer" in e for e in trigger_log), trigger_log
+    assert xcom(api, "hvd_mnist_pytorch", run_id, "wait_for_artifacts")["checkpoint"].endswith(".pt")
+    record.observe(f"the run succeeded {took:.0f} s after the restart; the new triggerer ran the trigger again "
+                   "and ended the sensor", seconds=None)
+
+
 def test_landing_data_starts_the_retraining_which_resumes_from_its_checkpoint_in_s3(deployment):
     """hvd_scheduled_retraining runs when data lands (its Asset): once from the ingest DAG, once from a
     data pipeline announcing new data through the REST API; the second run resumes from the first
