@@ -324,10 +324,17 @@ def test_the_triggerer_restarted_while_the_sensor_is_deferred_still_completes_it
                    "the new triggerer takes the trigger over: the sensor, ended there, and the run succeed")
     api, state = deployment["api"], deployment["state"]
     run_id = trigger(api, "hvd_mnist_pytorch")
+    sensor_dir = airflow_logs(state) / "dag_id=hvd_mnist_pytorch" / f"run_id={run_id}" / "task_id=wait_for_artifacts"
+
+    def trigger_log() -> list[str]:
+        return [e for path in sensor_dir.glob("attempt=1.log.trigger.*.log") for e in log_events(path)]
+
+    # Deferred, and its trigger running in the triggerer (which logged that it started it).
     deadline = time.monotonic() + 180
-    while task_states(api, "hvd_mnist_pytorch", run_id).get("wait_for_artifacts") != "deferred":
+    while not any(e.endswith(" starting") for e in trigger_log()):
         assert time.monotonic() < deadline, task_states(api, "hvd_mnist_pytorch", run_id)
         time.sleep(0.5)
+    assert task_states(api, "hvd_mnist_pytorch", run_id)["wait_for_artifacts"] == "deferred"
     done = subprocess.run([sys.executable, "-m", "localcluster", "restart", "airflow", "triggerer", "--crash"],
                           cwd=REPO, capture_output=True, text=True, timeout=120,
                           env={**os.environ, "HVD_CLUSTER_STATE": str(state)})
@@ -336,11 +343,10 @@ def test_the_triggerer_restarted_while_the_sensor_is_deferred_still_completes_it
     final, seen = follow_run(api, "hvd_mnist_pytorch", run_id, timeout=300)
     assert final == "success", seen[-3:]
     took = record.failed_after()
-    sensor_dir = airflow_logs(state) / "dag_id=hvd_mnist_pytorch" / f"run_id={run_id}" / "task_id=wait_for_artifacts"
-    trigger_log = [e for path in sensor_dir.glob("attempt=1.log.trigger.*.log") for e in log_events(path)]
     # Started by the killed triggerer, then again by the new one, which ended the task.
-    assert sum(e.endswith(" starting") for e in trigger_log) >= 2, trigger_log
-    assert any("the task ends here, in the triggerer" in e for e in trigger_log), trigger_log
+    events = trigger_log()
+    assert sum(e.endswith(" starting") for e in events) >= 2, events
+    assert any("the task ends here, in the triggerer" in e for e in events), events
     assert xcom(api, "hvd_mnist_pytorch", run_id, "wait_for_artifacts")["checkpoint"].endswith(".pt")
     record.observe(f"the run succeeded {took:.0f} s after the restart; the new triggerer ran the trigger again "
                    "and ended the sensor", seconds=None)
