@@ -89,8 +89,14 @@ class Cluster:
         return proc.pid
 
     def restart(self, host: str, service: str, crash: bool = False, timeout: float = 30) -> int:
-        """Stop ``service`` on ``host`` (SIGTERM to its process group; ``crash``: SIGKILL, as a machine
-        or OOM kill would) and start it again as it was started (`docker compose restart`)."""
+        """Stop ``service`` on ``host`` and start it again as it was started (`docker compose restart`)."""
+        self.stop(host, service, crash, timeout)
+        launch = self.info["launch"][f"{host}/{service}"]
+        return self.start(host, service, launch["command"], launch["env"])
+
+    def stop(self, host: str, service: str, crash: bool = False, timeout: float = 30) -> None:
+        """SIGTERM to the service's process group (``crash``: SIGKILL, as a machine or OOM kill would);
+        returns once no process of it is left."""
         key = f"{host}/{service}"
         if key not in self.info.get("launch", {}):
             raise KeyError(f"no service {service!r} on {host!r}: {sorted(self.info.get('launch', {}))}")
@@ -108,8 +114,6 @@ class Cluster:
             if time.monotonic() > deadline:
                 os.killpg(group, signal.SIGKILL)
             time.sleep(0.2)
-        launch = self.info["launch"][key]
-        return self.start(host, service, launch["command"], launch["env"])
 
     def run(self, host: str, command: list[str], env: dict[str, str] | None = None, timeout: float = 600,
             check: bool = True) -> subprocess.CompletedProcess:

@@ -72,3 +72,13 @@ def test_partial_files_are_ignored_and_only_the_runs_own_are_removed(tmp_path):
     assert latest_checkpoint(str(folder)).endswith("/ckpt-0000000001.pt")
     assert [p.rsplit("/", 1)[-1] for p in remove_partial_writes(str(folder), "run1")] == [mine.name]
     assert sorted(p.name for p in folder.iterdir()) == sorted(["ckpt-0000000001.pt", other.name])
+
+
+def test_a_checkpoint_that_cannot_be_written_names_itself_and_where(tmp_path):
+    from airflow_provider_hvd.runner.checkpoint import CheckpointWriteError
+
+    blocker = tmp_path / "not-a-folder"
+    blocker.write_text("a file where the checkpoint folder should be")
+    with pytest.raises(CheckpointWriteError, match=rf"writing checkpoint 3 to {blocker}/ckpt-0000000003.pt failed: "):
+        save_checkpoint({"epoch": 3}, str(blocker), step=3)
+    assert blocker.read_text().startswith("a file")  # nothing half-written in its place

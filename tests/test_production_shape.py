@@ -413,3 +413,39 @@ def test_a_users_own_dag_folder_is_served_beside_the_platforms(deployment):
     assert {"hvd_mnist_pytorch", "team_smoke"} <= set(dags), sorted(dags)
     assert dags["team_smoke"]["bundle_name"] == "user-dags" and dags["hvd_mnist_pytorch"]["bundle_name"] == \
         "dags-folder", {k: dags[k]["bundle_name"] for k in ("team_smoke", "hvd_mnist_pytorch")}
+
+
+@pytest.mark.faults
+def test_the_s3_server_stopped_mid_training_fails_the_run_naming_the_url_and_the_operation(deployment, fault):
+    """Last in this module: moto keeps its objects in memory, so the bucket comes back empty."""
+    record = fault("the S3 server (moto) killed mid-training (make cluster, storage on s3://)",
+                   "the training task fails naming the operation (writing checkpoint N) and its s3:// URL; "
+                   "nothing of the run left")
+    api, state = deployment["api"], deployment["state"]
+    run_id = trigger(api, "hvd_mnist_pytorch", {"epochs": 2000})
+    train_log = wait_until_training(api, state, run_id)
+    cluster = Cluster(state)
+    cluster.stop("s3", "moto", crash=True)
+    record.start()
+    try:
+        deadline = time.monotonic() + 240
+        while task_states(api, "hvd_mnist_pytorch", run_id)["train"] not in ("failed", "success") \
+                and time.monotonic() < deadline:
+            time.sleep(0.5)
+        took = record.failed_after()
+    finally:
+        cluster.restart("s3", "moto")
+        cluster.wait_port("s3", 9000, "moto")
+        on_host(state, "airflow", "import s3fs; s3fs.S3FileSystem().mkdir('hvd-artifacts')")
+    events = log_events(train_log)
+    assert task_states(api, "hvd_mnist_pytorch", run_id)["train"] == "failed", events[-30:]
+    named = [e for e in events if re.search(r"save_checkpoint: writing checkpoint \d+ to s3://hvd-artifacts/\S+/"
+                                            r"checkpoints/ckpt-\d+\.pt failed", e)]
+    assert named, [e for e in events if "rror" in e][-20:]
+    deadline = time.monotonic() + 30
+    while processes_of_runs(state) and time.monotonic() < deadline:
+        time.sleep(0.5)
+    assert not processes_of_runs(state), processes_of_runs(state)
+    record.observe(f"train failed {took:.0f} s after S3 went: {named[-1][named[-1].index('save_checkpoint'):][:200]}")
+    if api.api("GET", f"/dags/hvd_mnist_pytorch/dagRuns/{run_id}")["state"] == "running":
+        api.api("PATCH", f"/dags/hvd_mnist_pytorch/dagRuns/{run_id}", {"state": "failed"})

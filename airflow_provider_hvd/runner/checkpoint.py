@@ -37,10 +37,20 @@ def save_checkpoint(state: Any, directory: str, *, step: int, rank: int | None =
         return None
     # The run's id tags the temporary file, so that the runner can remove what a rank killed
     # mid-write left (see driver/run_checkpoints.py).
-    with atomic_open(f"{str(directory).rstrip('/')}/{checkpoint_name(step)}",
-                     tmp_tag=os.environ.get(RUN_ID_ENV, "")) as f:
-        torch.save(state, f)
+    location = f"{str(directory).rstrip('/')}/{checkpoint_name(step)}"
+    try:
+        with atomic_open(location, tmp_tag=os.environ.get(RUN_ID_ENV, "")) as f:
+            torch.save(state, f)
+    except Exception as exc:
+        # Storage clients name a mangled URL (percent-encoded, the endpoint's) and no operation:
+        # say which checkpoint, where, and what failed.
+        raise CheckpointWriteError(f"save_checkpoint: writing checkpoint {step} to {location} failed: "
+                                   f"{type(exc).__name__}: {exc}") from exc
     return f.location
+
+
+class CheckpointWriteError(OSError):
+    """save_checkpoint could not write a checkpoint (storage unreachable, denied, full, ...)."""
 
 
 def latest_checkpoint(directory: str) -> str | None:
