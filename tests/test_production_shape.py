@@ -251,6 +251,7 @@ print(urllib.request.urlopen("http://spark-master:{SPARK_UI_PORT}/json/", timeou
     while "Task killed!" not in log_events(train_log) and time.monotonic() < deadline:
         time.sleep(0.5)
     assert "Task killed!" in log_events(train_log), log_events(train_log)[-20:]
+    assert "Sending kill signal to spark-submit" in log_events(train_log)  # on_kill ran
 
 
 def on_host_run(state: Path, host: str, *command: str) -> None:
