@@ -271,6 +271,13 @@ def wait_until_training(api: RestClient, state: Path, run_id: str, epoch: int = 
     return train_log
 
 
+def wait_until_train_ends(api: RestClient, run_id: str, timeout: float) -> None:
+    deadline = time.monotonic() + timeout
+    while task_states(api, "hvd_mnist_pytorch", run_id)["train"] not in ("failed", "success") \
+            and time.monotonic() < deadline:
+        time.sleep(0.25)
+
+
 @pytest.mark.faults
 def test_a_worker_host_cut_from_the_network_fails_the_run_within_10_s_naming_it(deployment, fault):
     record = fault("a worker host's network cut mid-training (make cluster: `ip link set eth1 down` on "
@@ -283,10 +290,7 @@ def test_a_worker_host_cut_from_the_network_fails_the_run_within_10_s_naming_it(
     on_host_run(state, "spark-worker-2", "ip", "link", "set", "eth1", "down")
     record.start()
     try:
-        deadline = time.monotonic() + 60
-        while task_states(api, "hvd_mnist_pytorch", run_id)["train"] not in ("failed", "success") \
-                and time.monotonic() < deadline:
-            time.sleep(0.25)
+        wait_until_train_ends(api, run_id, timeout=60)
         failed_after = record.failed_after()
         # Still cut off, the host's ranks end by themselves: their task hears nothing from the driver.
         deadline = time.monotonic() + 20
@@ -429,10 +433,7 @@ def test_the_s3_server_stopped_mid_training_fails_the_run_naming_the_url_and_the
     cluster.stop("s3", "moto", crash=True)
     record.start()
     try:
-        deadline = time.monotonic() + 240
-        while task_states(api, "hvd_mnist_pytorch", run_id)["train"] not in ("failed", "success") \
-                and time.monotonic() < deadline:
-            time.sleep(0.5)
+        wait_until_train_ends(api, run_id, timeout=240)
         took = record.failed_after()
     finally:
         cluster.restart("s3", "moto")
