@@ -190,8 +190,10 @@ print(json.dumps({{"timeline": fs.size({timeline!r}), "checkpoints": fs.ls({chec
 
 
 def processes_of_runs(state: Path) -> list[str]:
-    """Every process of a training on any host: ranks, mpirun/orted and their rsh agents, the Spark
-    driver (spark-submit's JVM and spark_app.py) and executors; each named with the host it runs on."""
+    """Every process of a training on any host of the cluster: ranks, mpirun/orted and their rsh agents,
+    the Spark driver (spark-submit's JVM and spark_app.py) and executors; each named with the host it
+    runs on. Only the cluster's hosts (network namespaces) count: this test process has a Spark JVM of
+    its own when an earlier test module started a SparkSession in it (pyspark keeps its gateway)."""
     holders = json.loads((state / "cluster.json").read_text())["holders"]
     host_of = {}
     for host, pid in holders.items():
@@ -206,10 +208,11 @@ def processes_of_runs(state: Path) -> list[str]:
         cmdline = " ".join(proc.info["cmdline"] or [])
         if proc.info["name"] in ("orted", "mpirun") or any(m in cmdline for m in markers):
             try:
-                host = host_of.get(os.readlink(f"/proc/{proc.pid}/ns/net"), "this machine")
+                host = host_of.get(os.readlink(f"/proc/{proc.pid}/ns/net"))
             except OSError:
                 continue  # gone meanwhile
-            found.append(f"{host}: {proc.pid} {cmdline[:150]}")
+            if host is not None:
+                found.append(f"{host}: {proc.pid} {cmdline[:150]}")
     return found
 
 
@@ -225,6 +228,12 @@ def test_marking_the_training_failed_mid_run_ends_it_on_every_host_within_10_s(d
     for host in ("spark-worker-1", "spark-worker-2"):
         assert any(line.startswith(f"{host}: ") and RANK_MARKER in line for line in running), running
     assert any(line.startswith("airflow: ") and "spark_app.py" in line for line in running), running
+    # Each Spark host has a management interface (eth0) that no other host reaches: Open MPI was told
+    # to use the data network's (eth1), for its daemons and for the ranks' traffic.
+    mpirun = [p.info["cmdline"] for p in psutil.process_iter(["name", "cmdline"]) if p.info["name"] == "mpirun"]
+    assert len(mpirun) == 1, mpirun
+    options = " ".join(mpirun[0])
+    assert "btl_tcp_if_include eth1" in options and "oob_tcp_if_include eth1" in options, options
     # The task's links are in the UI while it runs, not only once it ends.
     links = {key: xcom(api, "hvd_mnist_pytorch", run_id, "train", key)
              for key in ("_link_SparkUILink", "_link_CheckpointsLink", "_link_HorovodTimelineLink")}

@@ -25,7 +25,10 @@ def allreduce_for_a_while(marker_dir, seconds=6.0):
     hvd.init()
     pathlib.Path(marker_dir, f"rank-{hvd.rank()}.pid").write_text(str(os.getpid()))
     steps, end = 0, time.monotonic() + seconds
-    while time.monotonic() < end:  # long enough for the test to read every process and the Spark UI
+    # Long enough for the test to read every process and the Spark UI. The ranks agree on when to stop
+    # (the minimum of their "go on" flags): a rank stopping by its own clock left the other in an
+    # allreduce with nobody ("Horovod has been shut down", once in a clean-clone run).
+    while hvd.allreduce(torch.tensor([float(time.monotonic() < end)]), op=hvd.Min).item():
         hvd.allreduce(torch.ones(4), op=hvd.Sum)
         steps += 1
         time.sleep(0.1)
