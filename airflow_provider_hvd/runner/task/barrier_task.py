@@ -42,19 +42,20 @@ def run_barrier_task(spec: TaskSpec, _rows):
                           ctx.partitionId(), {"host": executor_host(ctx), "hostname": socket.gethostname()})
     try:
         task_hosts = [t["host"] for t in member.tasks()]
+        slot = assign_slots(task_hosts)[ctx.partitionId()]
+        iface = gloo_interface(slot.hostname, spec.driver_host)
+        env = {**rank_base_env(), **spec.env, **gloo_env(slot, iface=iface)}
+        gpus = task_gpu_addresses(ctx)
+        if gpus is not None:
+            env["CUDA_VISIBLE_DEVICES"] = ",".join(gpus)
+        rank = RankProcess(rank=slot.rank, host=slot.hostname, env=env,
+                           driver=(spec.driver_host, spec.driver_port), secret=bytes.fromhex(spec.secret_hex),
+                           forward_output=spec.forward_output, timeline_interval=spec.timeline_interval)
+        rank.start()
+        member.watch(rank.stop_by_driver)  # the driver gone or cut off: the rank goes too
+        returncode = rank.wait()
     finally:
         member.leave()
-    slot = assign_slots(task_hosts)[ctx.partitionId()]
-    iface = gloo_interface(slot.hostname, spec.driver_host)
-    env = {**rank_base_env(), **spec.env, **gloo_env(slot, iface=iface)}
-    gpus = task_gpu_addresses(ctx)
-    if gpus is not None:
-        env["CUDA_VISIBLE_DEVICES"] = ",".join(gpus)
-    rank = RankProcess(rank=slot.rank, host=slot.hostname, env=env, driver=(spec.driver_host, spec.driver_port),
-                       secret=bytes.fromhex(spec.secret_hex), forward_output=spec.forward_output,
-                       timeline_interval=spec.timeline_interval)
-    rank.start()
-    returncode = rank.wait()
     if returncode != 0:
         # Failing the task fails the stage, so Spark stops the other tasks too.
         raise RuntimeError(f"Horovod rank {slot.rank} on {slot.hostname} exited with code {returncode}")
@@ -101,10 +102,13 @@ def _mpi_task(spec: TaskSpec, ctx):
                          forward_output=spec.forward_output, timeline_interval=spec.timeline_interval,
                          extra_args=list(spec.mpi_args))
             run.start()
+            released = member.watch(run.stop)  # the driver gone or cut off: mpirun's job goes too
             returncode = run.wait()
             if returncode != 0:
                 raise RuntimeError(f"mpirun exited with code {returncode}")
-        member.wait_for_stop()
+            released.wait()
+        else:
+            member.wait_for_stop()
         yield slot.rank
     finally:
         if member is not None:

@@ -82,7 +82,7 @@ class RankProcess:
                                  name=f"hvd-rank{self.rank}-{name}")
             t.start()
             self._threads.append(t)
-        self._link.on_stop(self._stop_by_driver)
+        self._link.on_stop(self.stop_by_driver)
         if self._timeline_dir:
             self._link.ship_timeline(self._env["HOROVOD_TIMELINE"], self._timeline_interval)
 
@@ -95,7 +95,8 @@ class RankProcess:
         lines = LineAssembler(show)
         pump(stream, lines.feed, lambda: (lines,))
 
-    def _stop_by_driver(self) -> None:
+    def stop_by_driver(self) -> None:
+        """The driver said stop, or is gone: end the rank (it reports this, not a failure of its own)."""
         if self.proc.poll() is None:
             self._stopped_by_driver.set()
             self.kill()
