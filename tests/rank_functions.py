@@ -26,6 +26,19 @@ def allreduce_info(x=None):
     return {"rank0": info, "all": hvd.allgather_object(info)}
 
 
+def checkpoint_on_every_rank(directory):
+    """Every rank asks for checkpoint 1; what each rank was told (its rank, the URL or None)."""
+    import horovod.torch as hvd
+    import torch
+
+    from airflow_provider_hvd import save_checkpoint
+    from airflow_provider_hvd.runner.rank.context import current_rank
+
+    hvd.init()
+    saved = save_checkpoint({"w": torch.ones(2)}, directory, step=1)
+    return hvd.allgather_object({"rank": hvd.rank(), "current_rank": current_rank(), "saved": saved})
+
+
 def fail_on_rank(bad_rank, message="boom"):
     import horovod.torch as hvd
     import torch

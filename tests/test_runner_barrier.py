@@ -27,6 +27,16 @@ def test_barrier_two_ranks_allreduce_and_kwargs(spark_local2, launcher, no_lefto
     assert ranks == [(0, 2, 0, 2, 0, 1, 3.0), (1, 2, 1, 2, 0, 1, 3.0)]
 
 
+@pytest.mark.parametrize("launcher", ["gloo", "mpi"])
+def test_only_rank_0_writes_a_checkpoint_whatever_the_launcher(spark_local2, launcher, tmp_path, no_leftovers):
+    """save_checkpoint is rank-0-only under mpirun too (which sets no HOROVOD_RANK): the other ranks
+    neither write nor race rank 0 for the same object."""
+    views = sorted(HorovodRunner(np=2, launcher=launcher).run(rf.checkpoint_on_every_rank, directory=str(tmp_path)),
+                   key=lambda v: v["rank"])
+    assert [(v["rank"], v["current_rank"]) for v in views] == [(0, 0), (1, 1)], views
+    assert views[0]["saved"] == (tmp_path / "ckpt-0000000001.pt").as_uri() and views[1]["saved"] is None, views
+
+
 def test_pytorch_training_loss_falls_and_weights_agree(spark_local2, no_leftovers):
     out = HorovodRunner(np=2).run(rf.train_linear, steps=40)
     losses = out["losses"]

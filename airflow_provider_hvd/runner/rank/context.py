@@ -8,6 +8,7 @@ import threading
 from airflow_provider_hvd.runner.wire.messages import Op, Stream
 
 _channel = None
+_rank: int | None = None
 _lock = threading.Lock()
 
 
@@ -28,12 +29,23 @@ def log_to_driver(message: object) -> None:
 
 
 def current_rank() -> int | None:
-    """This process's Horovod rank when it runs under HorovodRunner, else None."""
-    value = os.environ.get("HOROVOD_RANK")
-    return int(value) if value is not None else None
+    """This process's Horovod rank when it runs under HorovodRunner, else None.
+
+    The rank the runner started this process as; failing that, the launcher's variable: gloo sets
+    HOROVOD_RANK, mpirun only OMPI_COMM_WORLD_RANK (reading HOROVOD_RANK alone, every rank under
+    mpirun counted as rank 0 and wrote the rank-0-only checkpoints, all of them to the same key).
+    """
+    if _rank is not None:
+        return _rank
+    for name in ("HOROVOD_RANK", "OMPI_COMM_WORLD_RANK"):
+        value = os.environ.get(name)
+        if value is not None:
+            return int(value)
+    return None
 
 
-def _install(channel) -> None:
-    global _channel
+def _install(channel, rank: int) -> None:
+    global _channel, _rank
     with _lock:
         _channel = channel
+        _rank = rank

@@ -99,7 +99,7 @@ def main() -> int:
     channel.send_json({"op": Op.GET_PAYLOAD})
     blob = channel.recv_bytes()
     threading.Thread(target=_watch_driver, args=(channel,), name="hvd-watch-driver", daemon=True).start()
-    rank_context._install(channel)
+    rank_context._install(channel, rank)
 
     loading = True
     try:
