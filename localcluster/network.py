@@ -124,9 +124,15 @@ def destroy(grace: float = 20.0) -> list[str]:
     """Every process in the cluster's namespaces ended (SIGTERM, then SIGKILL), every namespace
     removed (their links and the bridge go with them). Returns what it had to SIGKILL."""
     names = namespaces()
+    # As `docker compose down` stops a container: SIGTERM to its main processes only, which end their
+    # own children. Signalled directly, children that inherited a parent's handler can wedge the
+    # parent's shutdown: the LocalExecutor's workers, forked from the scheduler, took SIGTERM with the
+    # scheduler's handler and lived on, and the scheduler waited on them until the SIGKILL.
     for netns in names:
-        for pid in pids_in(netns):
-            _signal(pid, signal.SIGTERM)
+        pids = pids_in(netns)
+        for pid in pids:
+            if _parent(pid) not in pids:
+                _signal(pid, signal.SIGTERM)
     deadline = time.monotonic() + grace
     while any(pids_in(n) for n in names) and time.monotonic() < deadline:
         time.sleep(0.2)
@@ -148,6 +154,13 @@ def destroy(grace: float = 20.0) -> list[str]:
     except OSError:
         pass
     return killed
+
+
+def _parent(pid: int) -> int | None:
+    try:
+        return int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1])
+    except (OSError, IndexError, ValueError):
+        return None
 
 
 def _signal(pid: int, sig: int) -> None:
