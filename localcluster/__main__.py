@@ -4,6 +4,7 @@
     python -m localcluster down                   stop everything: no process, namespace, mount or port left
     python -m localcluster exec HOST CMD...       run a command on one host, in its services' environment
                                                   (as `docker compose exec`)
+    python -m localcluster login                  print the Airflow UI's user and password
     python -m localcluster restart HOST SERVICE [--crash]
                                                   stop one service (SIGTERM; --crash: SIGKILL) and start it
                                                   again (as `docker compose restart`), e.g. airflow triggerer
@@ -29,6 +30,7 @@ def main(argv: list[str]) -> int:
     up = sub.add_parser("up")
     up.add_argument("--api-port", type=int, default=int(os.environ.get("HVD_CLUSTER_API_PORT", "8080")))
     sub.add_parser("down")
+    sub.add_parser("login")
     run = sub.add_parser("exec")
     run.add_argument("host", choices=[h.name for h in HOSTS])
     run.add_argument("cmd", nargs=argparse.REMAINDER)
@@ -45,7 +47,9 @@ def main(argv: list[str]) -> int:
         print(f"cluster up; state and logs in {STATE}/hosts/<host>/logs")
         for host in HOSTS:
             print(f"  {host.name:15} {host.address:11} plays {host.plays}")
-        print(f"Airflow UI and REST API: http://127.0.0.1:{args.api_port} (forwarded into host airflow)")
+        print(f"Airflow UI and REST API: http://127.0.0.1:{args.api_port} (forwarded into host airflow); "
+              f"user {cluster.login()[0]}, password: python -m localcluster login")
+        print("The DAGs appear there once the dag-processor has parsed them (under a minute).")
         return 0
     if args.command == "down":
         killed = cluster.down()
@@ -55,6 +59,10 @@ def main(argv: list[str]) -> int:
         return 0
     if not cluster.info:
         parser.error("no cluster is up: make cluster")
+    if args.command == "login":
+        user, password = cluster.login()
+        print(f"user: {user}\npassword: {password}")
+        return 0
     if args.command == "restart":
         try:
             pid = cluster.restart(args.host, args.service, crash=args.crash)

@@ -46,6 +46,8 @@ VENV_BIN = Path(sys.executable).parent
 BUCKET = "hvd-artifacts"
 SPARK_HOME = Path(pyspark.__file__).parent
 USER_DAGS = REPO / "localcluster" / "user_dags"
+ADMIN_USER = "admin"
+PASSWORDS_FILE = "simple_auth_manager_passwords.json"
 
 
 def base_env() -> dict[str, str]:
@@ -102,7 +104,12 @@ class Cluster:
             raise KeyError(f"no service {service!r} on {host!r}: {sorted(self.info.get('launch', {}))}")
         group = self.info["services"][key]
         try:
-            os.killpg(group, signal.SIGKILL if crash else signal.SIGTERM)
+            # A crash takes every process of the service at once; a stop, like `docker compose stop`,
+            # signals the main process, which ends its own children (see network.destroy).
+            if crash:
+                os.killpg(group, signal.SIGKILL)
+            else:
+                os.kill(group, signal.SIGTERM)
         except ProcessLookupError:
             pass
         deadline = time.monotonic() + timeout
@@ -124,6 +131,10 @@ class Cluster:
         if check and done.returncode != 0:
             raise RuntimeError(f"on {host}: {' '.join(command)}: {(done.stdout + done.stderr)[-3000:]}")
         return done
+
+    def login(self) -> tuple[str, str]:
+        """The user and password that log in to this cluster's Airflow UI and REST API."""
+        return ADMIN_USER, self.info["secret"]["airflow_admin"]
 
     def save(self) -> None:
         self.info_path.write_text(json.dumps(self.info, indent=1))
@@ -147,7 +158,8 @@ class Cluster:
         # The last cluster's disks and logs, kept by `down` for reading: a new cluster starts empty.
         shutil.rmtree(self.state / "hosts", ignore_errors=True)
         secret = {"postgres": secrets.token_hex(16), "s3_secret": secrets.token_hex(16),
-                  "jwt": secrets.token_hex(32), "signing_key": secrets.token_hex(32)}
+                  "jwt": secrets.token_hex(32), "signing_key": secrets.token_hex(32),
+                  "airflow_admin": secrets.token_urlsafe(12)}
         self.info = {"secret": secret, "api_port": api_port}
         self.info["holders"] = network.create(self.state)
         self.save()
@@ -235,7 +247,10 @@ class Cluster:
             "AIRFLOW__API__BASE_URL": f"http://airflow:{AIRFLOW_API_PORT}",
             "AIRFLOW__CORE__EXECUTION_API_SERVER_URL": f"http://airflow:{AIRFLOW_API_PORT}/execution/",
             "AIRFLOW__API_AUTH__JWT_SECRET": secret["jwt"],
-            "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_ALL_ADMINS": "True",
+            # One named admin who logs in with a password (`python -m localcluster login` says it), not
+            # Airflow's every-visitor-is-admin development default: the UI and API run DAGs, that is code.
+            "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_USERS": f"{ADMIN_USER}:admin",
+            "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_PASSWORDS_FILE": f"{HOST_DIR}/airflow/{PASSWORDS_FILE}",
             "AIRFLOW__SCHEDULER__SCHEDULER_HEARTBEAT_SEC": "2",
             "AIRFLOW__OPERATORS__DEFAULT_DEFERRABLE": "True",  # as compose sets it
             # The connections, as a deployment sets them (compose: the same AIRFLOW_CONN_* variables).
@@ -260,6 +275,13 @@ class Cluster:
 
     def _airflow(self, secret: dict) -> None:
         env = self.airflow_env()
+        # The simple auth manager reads its users' passwords from this file; written here, before any
+        # service starts, it holds the cluster's own password instead of one Airflow would print to its log.
+        home = self.state / "hosts" / "airflow" / "airflow"
+        home.mkdir(parents=True, exist_ok=True)
+        passwords = home / PASSWORDS_FILE
+        passwords.touch(mode=0o600)
+        passwords.write_text(json.dumps({ADMIN_USER: secret["airflow_admin"]}))
         self.run("airflow", ["airflow", "db", "migrate"], env=env)
         for service in ("api-server", "scheduler", "dag-processor", "triggerer"):
             self.start("airflow", service, ["airflow", service], env)

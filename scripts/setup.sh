@@ -117,8 +117,8 @@ pip_q "uv>=0.5" || fail "pip could not install uv"
 
 case ",$extras," in *,test,*)
     step "check the test suite's system packages"
-    ensure_commands "PyPy 3.9 (a real worker Python older than 3.11, for the tests), PostgreSQL (Airflow's metadata database in the tests) or iproute2 (make cluster's namespaces) is" \
-        "$("$PYTHON" scripts/versions.py apt_test)" pypy3 pg_ctlcluster ip nsenter unshare
+    ensure_commands "PyPy 3.9 (a real worker Python older than 3.11, for the tests), PostgreSQL (Airflow's metadata database in the tests), iproute2 (make cluster's namespaces) or Chromium with chromedriver (the UI test) is" \
+        "$("$PYTHON" scripts/versions.py apt_test)" pypy3 pg_ctlcluster ip nsenter unshare chromium chromedriver
     step "fetch the Compose Specification schema (tests/test_deploy.py validates docker/compose.yaml)"
     "$py" scripts/fetch_compose_schema.py >/dev/null \
         || echo "    could not fetch it (offline?): tests/test_deploy.py will say so; the rest of the set-up is fine"

@@ -58,12 +58,25 @@ def cli(env: dict[str, str], *args: str, timeout: float = 300) -> str:
 
 
 class RestClient:
-    """Airflow's public REST API (``/api/v2``) at ``base``, as a user's client calls it (the simple
-    auth manager with every user an admin: a token from /auth/token, no password)."""
+    """Airflow's public REST API (``/api/v2``) at ``base``, as a user's client calls it: with
+    ``login`` (user, password), the token a user gets by logging in (POST /auth/token); without, the
+    simple auth manager's every-user-an-admin token (GET /auth/token, these tests' own services)."""
 
-    def __init__(self, base: str):
+    def __init__(self, base: str, login: tuple[str, str] | None = None):
         self.base = base
+        self.login = login
         self._token: str | None = None
+
+    def token(self) -> str:
+        if self.login is None:
+            request = urllib.request.Request(f"{self.base}/auth/token")
+        else:
+            user, password = self.login
+            request = urllib.request.Request(f"{self.base}/auth/token", method="POST",
+                                             data=json.dumps({"username": user, "password": password}).encode(),
+                                             headers={"Content-Type": "application/json"})
+        with urllib.request.urlopen(request, timeout=30) as r:
+            return json.load(r)["access_token"]
 
     def failure_context(self) -> str:
         return ""
@@ -71,8 +84,7 @@ class RestClient:
     def api(self, method: str, path: str, body: dict | None = None) -> dict:
         """One call of Airflow's public REST API (``/api/v2``), as a user's client makes it."""
         if self._token is None:
-            with urllib.request.urlopen(f"{self.base}/auth/token", timeout=30) as r:
-                self._token = json.load(r)["access_token"]
+            self._token = self.token()
         request = urllib.request.Request(f"{self.base}/api/v2{path}", method=method,
                                          data=None if body is None else json.dumps(body).encode(),
                                          headers={"Authorization": f"Bearer {self._token}",
