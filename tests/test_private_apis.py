@@ -37,6 +37,24 @@ def test_spark_counts_free_task_slots_through_its_jvm(spark_local2):
     assert pyspark_internals.max_concurrent_tasks(spark_local2.sparkContext) == 2
 
 
+def test_the_jvm_half_of_sparkcontext_stop_ends_the_application():
+    """SparkContext._jsc.stop(): what runner/spark_app.py calls instead of SparkContext.stop() (which
+    then waits for pyspark's accumulator server) stops the JVM's context: a new one can start."""
+    script = """
+from pyspark import SparkConf, SparkContext
+from airflow_provider_hvd.runner.driver import pyspark_internals
+conf = SparkConf().setMaster("local[1]").set("spark.ui.enabled", "false")
+sc = SparkContext.getOrCreate(conf)
+jvm_context = sc._jsc.sc()
+pyspark_internals.stop_jvm_context(sc)
+print("STOPPED", jvm_context.isStopped())
+"""
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
+    assert "STOPPED True" in done.stdout, (
+        f"SparkContext._jsc.stop() no longer stops the JVM's context (driver/pyspark_internals.py):\n"
+        f"{done.stdout[-2000:]}{done.stderr[-2000:]}")
+
+
 def test_horovod_torch_keeps_pending_collectives_in_its_handle_map():
     """horovod.torch.mpi_ops._handle_map, which the stall watch reads (rank/stall.py)."""
     from airflow_provider_hvd import HorovodRunner

@@ -37,7 +37,7 @@ class HorovodRunner:
     """Run ``main(**kwargs)`` as ``np`` Horovod ranks and return rank 0's return value.
 
     :param np: ``np > 0``: one Spark barrier stage of ``np`` tasks, one rank per
-        task slot, on the active SparkSession (or ``spark``). ``np < 0``: ``-np``
+        task slot, on the active SparkSession or SparkContext (or ``spark``). ``np < 0``: ``-np``
         ranks as subprocesses of the driver, no Spark job, for debugging.
     :param driver_log_verbosity: ``"all"`` (default) streams every rank's stdout
         and stderr to the driver, line by line, as ``[rank]<stdout>: ...``;
@@ -60,7 +60,7 @@ class HorovodRunner:
         every rank for horovod.torch collectives.
     :param timeout: seconds the whole run may take, after which it fails naming the
         ranks that had not returned (default ``None``: no limit).
-    :param spark: a SparkSession to use instead of the active one.
+    :param spark: a SparkSession or SparkContext to use instead of the active one.
     :param slot_wait_timeout: on a cluster, seconds to wait for executors to
         register until ``np`` slots are free, before failing with the count.
     :param log_sink: ``callable(rank, stream, line)`` receiving rank output;
@@ -315,10 +315,15 @@ class HorovodRunner:
         return env
 
     def _spark_context(self):
+        from pyspark import SparkContext
         from pyspark.sql import SparkSession
 
-        spark = self._spark or SparkSession.getActiveSession() or SparkSession.builder.getOrCreate()
-        return spark.sparkContext
+        if self._spark is not None:
+            return getattr(self._spark, "sparkContext", self._spark)  # a SparkSession or a SparkContext
+        session = SparkSession.getActiveSession()
+        # With neither, a SparkContext: the barrier stage is an RDD job, and a new SparkSession would
+        # load Spark SQL for nothing (about 2 s).
+        return session.sparkContext if session is not None else SparkContext.getOrCreate()
 
 
 def _first_line(exc: BaseException) -> str:

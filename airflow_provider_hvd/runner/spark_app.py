@@ -78,11 +78,20 @@ def _end_with_owner() -> None:
     when_process_ends(int(owner), owner_gone)
 
 
-def announce_application(spark) -> None:
+def announce_application(sc) -> None:
     """One line on stdout with the application's id and where its UI is, for the operator's links."""
-    sc = spark.sparkContext
     print(APPLICATION_MARKER + json.dumps({"application_id": sc.applicationId, "spark_ui": sc.uiWebUrl}),
           flush=True)
+
+
+def stop_spark(sc) -> None:
+    """Stop the application's SparkContext (executors released, the application marked finished)
+    without pyspark's wait for its accumulator server: SparkContext.stop() then shuts that server
+    down, which waits out its handler's poll, 0.9 s of every task for a thread that os._exit ends
+    anyway (spark_app's last step)."""
+    from airflow_provider_hvd.runner.driver import pyspark_internals
+
+    pyspark_internals.stop_jvm_context(sc)
 
 
 def take_signing_key() -> bytes:
@@ -159,7 +168,7 @@ def main(argv: list[str] | None = None) -> int:
     from airflow_provider_hvd.runner.wire import payload
 
     error_url = args.result + ".error.json"
-    spark = None
+    sc = None
     try:
         key = take_signing_key()
         rank_env = json.loads(os.environ.pop(RANK_ENV_ENV, "{}"))
@@ -167,11 +176,13 @@ def main(argv: list[str] | None = None) -> int:
         with fs.open(path, "rb") as f:
             sealed = f.read()
         fn, kwargs = cloudpickle.loads(payload.open_sealed(sealed, key, payload.KIND_CALL))
-        from pyspark.sql import SparkSession
+        from pyspark import SparkContext
 
-        spark = SparkSession.builder.getOrCreate()
-        announce_application(spark)
-        runner = HorovodRunner(np=args.np, env=rank_env, timeline=args.timeline, spark=spark, **args.options)
+        # A SparkContext, not a SparkSession: the barrier stage is an RDD job, and a session would
+        # load Spark SQL's classes for nothing (2 s of every task's launch, measured: docs/benchmarks.md).
+        sc = SparkContext.getOrCreate()
+        announce_application(sc)
+        runner = HorovodRunner(np=args.np, env=rank_env, timeline=args.timeline, spark=sc, **args.options)
         value = runner.run(fn, **kwargs)
         atomic_write(args.result, seal_result(value, key))
         return 0
@@ -184,8 +195,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"HorovodRunner application failed: {type(exc).__name__}: {exc}", file=sys.stderr, flush=True)
         return 1
     finally:
-        if spark is not None:
-            spark.stop()
+        if sc is not None:
+            stop_spark(sc)
         if shipper is not None:
             shipper.close()
 

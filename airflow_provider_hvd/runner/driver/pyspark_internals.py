@@ -1,6 +1,6 @@
 """The private parts of pyspark the runner relies on, in one place, each with why.
 
-PySpark has no public API for these three things; each use is wrapped here, and
+PySpark has no public API for these four things; each use is wrapped here, and
 tests/test_private_apis.py fails loudly, naming the attribute, when a pyspark upgrade
 changes one (pin pyspark and read that test before upgrading).
 
@@ -14,6 +14,10 @@ changes one (pin pyspark and read that test before upgrading).
 - ``SparkContext._jsc.sc().maxNumConcurrentTasks(profile)``: the count of task slots the
   cluster offers now, the very number Spark's barrier scheduler checks. The public
   ``defaultParallelism`` is a configured default, not free slots.
+- ``SparkContext._jsc.stop()``: the JVM half of ``SparkContext.stop()``. The public method then
+  shuts pyspark's accumulator server down, which waits about 0.9 s for its connection handler's
+  poll; a driver about to end its process (runner/spark_app.py) need not wait for a thread that
+  dies with it.
 """
 
 from __future__ import annotations
@@ -47,3 +51,9 @@ def max_concurrent_tasks(sc) -> int:
     jsc = sc._jsc.sc()
     profile = jsc.resourceProfileManager().defaultResourceProfile()
     return int(jsc.maxNumConcurrentTasks(profile))
+
+
+def stop_jvm_context(sc) -> None:
+    """Stop ``sc``'s JVM SparkContext (executors released, the application ended) and nothing
+    else: for a process that exits next, without pyspark's wait for its accumulator server."""
+    sc._jsc.stop()
