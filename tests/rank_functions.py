@@ -333,3 +333,29 @@ def tqdm_bar(steps=60, step_s=0.05):
         time.sleep(step_s)
     print("bar done", flush=True)
     return steps
+
+
+def leaves_work_behind(directory):
+    """Returns with a file it never closed (kept alive by a module, as a leaked handle is) and a
+    non-daemon thread that writes a file after the function returned: both must be complete once
+    run() has returned, as at a normal interpreter exit."""
+    import os
+    import sys
+    import threading
+    import time
+
+    import horovod.torch as hvd
+
+    hvd.init()
+    rank = hvd.rank()
+    leaked = open(os.path.join(directory, f"unclosed-{rank}.txt"), "w")
+    leaked.write("written, never flushed or closed\n" * 100)
+    sys.modules["os"].__dict__.setdefault("_hvd_test_leaked_files", []).append(leaked)
+
+    def later():
+        time.sleep(0.5)
+        with open(os.path.join(directory, f"thread-{rank}.txt"), "w") as f:
+            f.write("written by a thread after the function returned")
+
+    threading.Thread(target=later, name="uploader").start()
+    return rank

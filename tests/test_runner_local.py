@@ -35,6 +35,16 @@ def test_rank0_value_is_returned_every_time(no_leftovers):
 
 
 @LAUNCHERS
+def test_a_rank_ends_as_python_would_threads_joined_files_flushed(tmp_path, launcher, no_leftovers):
+    """Ranks skip the interpreter's slow teardown (rank/main.py _exit_done), not what a normal exit
+    guarantees: the training's non-daemon threads finish and files it left open keep their bytes."""
+    assert HorovodRunner(np=-2, launcher=launcher).run(rf.leaves_work_behind, directory=str(tmp_path)) == 0
+    for rank in (0, 1):
+        assert (tmp_path / f"unclosed-{rank}.txt").read_text() == "written, never flushed or closed\n" * 100
+        assert (tmp_path / f"thread-{rank}.txt").read_text() == "written by a thread after the function returned"
+
+
+@LAUNCHERS
 def test_verbosity_all_streams_stdout_callback_only_does_not(launcher, no_leftovers):
     lines, sink = collecting_sink()
     HorovodRunner(np=-2, log_sink=sink, launcher=launcher).run(rf.chatty)

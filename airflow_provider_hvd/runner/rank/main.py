@@ -132,11 +132,36 @@ def main() -> int:
     return 0
 
 
+def _exit_done() -> None:
+    """End a rank whose work is done, without the interpreter's teardown of its modules: with torch
+    loaded that takes 0.4 s, which every run waited for (docs/benchmarks.md). What a normal exit
+    does that matters, in its order: wait for the non-daemon threads the training started, run the
+    atexit handlers (Horovod's shutdown, which finalizes MPI; logging's flush), then flush every
+    file still open for writing (an unclosed file's last bytes would otherwise be lost)."""
+    import atexit
+    import gc
+    import io
+
+    main_thread = threading.main_thread()
+    for thread in threading.enumerate():
+        if thread is not main_thread and not thread.daemon:
+            thread.join()
+    atexit._run_exitfuncs()
+    buffered = (io.TextIOWrapper, io.BufferedWriter, io.BufferedRandom)
+    for obj in gc.get_objects():
+        if isinstance(obj, buffered):
+            try:
+                if not obj.closed:
+                    obj.flush()
+            except (OSError, ValueError):
+                pass
+    os._exit(0)
+
+
 if __name__ == "__main__":
     code = main()
-    # Skip interpreter teardown races with Horovod's background thread after a failure.
     sys.stdout.flush()
     sys.stderr.flush()
     if code:
-        os._exit(code)
-    sys.exit(code)
+        os._exit(code)  # after a failure, no teardown racing Horovod's background thread
+    _exit_done()
