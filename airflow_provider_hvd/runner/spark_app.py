@@ -20,6 +20,7 @@ runner's own message, not spark-submit's exit code.
 from __future__ import annotations
 
 import argparse
+import concurrent.futures
 import json
 import logging
 import os
@@ -122,6 +123,15 @@ def take_signing_key() -> bytes:
         raise PayloadError("the signing key handed to this application is not hex") from None
 
 
+def read_payload(url: str) -> bytes:
+    """The sealed payload's bytes, from any fsspec URL (verified by the caller)."""
+    from airflow_provider_hvd.runner.common.storage import fs_and_path
+
+    fs, path = fs_and_path(url)
+    with fs.open(path, "rb") as f:
+        return f.read()
+
+
 def parse_args(argv: list[str]) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--payload", required=True)
@@ -162,7 +172,7 @@ def main(argv: list[str] | None = None) -> int:
                         stream=sys.stdout)
     import cloudpickle
 
-    from airflow_provider_hvd.runner.common.storage import atomic_write, fs_and_path
+    from airflow_provider_hvd.runner.common.storage import atomic_write
     from airflow_provider_hvd.runner.horovod_runner import HorovodRunner
     from airflow_provider_hvd.runner.results import seal_result
     from airflow_provider_hvd.runner.wire import payload
@@ -172,16 +182,21 @@ def main(argv: list[str] | None = None) -> int:
     try:
         key = take_signing_key()
         rank_env = json.loads(os.environ.pop(RANK_ENV_ENV, "{}"))
-        fs, path = fs_and_path(args.payload)
-        with fs.open(path, "rb") as f:
-            sealed = f.read()
-        fn, kwargs = cloudpickle.loads(payload.open_sealed(sealed, key, payload.KIND_CALL))
-        from pyspark import SparkContext
+        # The payload is fetched while the SparkContext starts (and, on a cluster, while the executors
+        # are launched): from object storage the fetch costs about a second (the S3 client's import
+        # and its first request), which the two JVMs' start would otherwise wait for. It is verified
+        # before it is unpickled, as ever; only the bytes arrive early.
+        with concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="hvd-payload") as fetcher:
+            fetched = fetcher.submit(read_payload, args.payload)
+            from pyspark import SparkContext
 
-        # A SparkContext, not a SparkSession: the barrier stage is an RDD job, and a session would
-        # load Spark SQL's classes for nothing (2 s of every task's launch, measured: docs/benchmarks.md).
-        sc = SparkContext.getOrCreate()
-        announce_application(sc)
+            # A SparkContext, not a SparkSession: the barrier stage is an RDD job, and a session would
+            # load Spark SQL's classes for nothing (2 s of every task's launch, measured: docs/benchmarks.md).
+            sc = SparkContext.getOrCreate()
+            announce_application(sc)
+            sealed = fetched.result()
+        fn, kwargs = cloudpickle.loads(payload.open_sealed(sealed, key, payload.KIND_CALL))
+        del sealed
         runner = HorovodRunner(np=args.np, env=rank_env, timeline=args.timeline, spark=sc, **args.options)
         value = runner.run(fn, **kwargs)
         atomic_write(args.result, seal_result(value, key))
