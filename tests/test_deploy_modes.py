@@ -110,6 +110,26 @@ def test_yarn_cluster_mode_ships_the_key_file_through_yarns_distributed_cache(ai
     assert "spark.executor.resource.gpu.vendor" not in conf
 
 
+def test_the_drivers_and_executors_jvms_start_quick_unless_the_user_chose_their_own():
+    """C1 only and the serial collector for the application's JVMs (utils/jvm_options.py); a collector or
+    tiered-compilation choice of the user's own wins, so that the JVM never gets two collectors."""
+    from airflow_provider_hvd.utils import jvm_options
+
+    assert jvm_options.with_quick_start("") == "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC"
+    assert jvm_options.with_quick_start("-XX:+UseG1GC -Dx=1") == "-XX:+UseG1GC -Dx=1 -XX:TieredStopAtLevel=1"
+    assert jvm_options.with_quick_start("-XX:-TieredCompilation") == "-XX:-TieredCompilation -XX:+UseSerialGC"
+    assert jvm_options.with_quick_start("-XX:+UseZGC -XX:TieredStopAtLevel=4") == "-XX:+UseZGC -XX:TieredStopAtLevel=4"
+
+
+def test_the_submitted_jvm_options_keep_the_users_own(airflow, tmp_path):
+    user = {"spark.executor.extraJavaOptions": "-XX:+UseParallelGC -Dteam=ml"}
+    got, out, _ = submit_to_stand_in(airflow, tmp_path, {"conn_type": "spark", "host": "yarn"}, "cluster",
+                                     storage=CLUSTER_STORAGE, HVD_TEST_CONF=json.dumps(user))
+    conf = conf_of(got["argv"])
+    assert conf["spark.executor.extraJavaOptions"] == "-XX:+UseParallelGC -Dteam=ml -XX:TieredStopAtLevel=1"
+    assert conf["spark.driver.extraJavaOptions"] == "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC"
+
+
 def test_kubernetes_cluster_mode_takes_the_key_from_a_kubernetes_secret_in_the_submitted_command(
         airflow, tmp_path):
     spark = {"conn_type": "spark", "host": "k8s://https://kubernetes.example:6443",

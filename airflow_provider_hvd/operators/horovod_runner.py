@@ -28,7 +28,7 @@ from airflow_provider_hvd.runner.errors import PayloadError
 from airflow_provider_hvd.runner.wire import payload
 from airflow_provider_hvd.triggers.horovod_driver import HorovodDriverTrigger
 from airflow_provider_hvd.runner.driver.log_shipper import LogTail
-from airflow_provider_hvd.utils import driver_delivery
+from airflow_provider_hvd.utils import driver_delivery, jvm_options
 from airflow_provider_hvd.utils.driver_record import RECORD_NAME, DriverRecord, DriverStillRunning, decide
 from airflow_provider_hvd.version_compat import AirflowException, conf
 
@@ -112,7 +112,10 @@ class HorovodRunnerOperator(BaseOperator):
     :param conf: extra Spark configuration for the application (templated). Spark logs at WARN
         from its first line, so the task log reads as a training log, keeping only the line with
         the Spark UI's address (runner/spark_log4j2.properties); ``{"spark.log.level": "INFO"}``
-        brings all of Spark's INFO lines back for debugging.
+        brings all of Spark's INFO lines back for debugging. The driver's and executors' JVMs
+        start with ``-XX:TieredStopAtLevel=1 -XX:+UseSerialGC`` (quicker to start, and they mostly
+        wait: utils/jvm_options.py) unless ``spark.driver.extraJavaOptions`` /
+        ``spark.executor.extraJavaOptions`` here choose a collector or tiered compilation.
     :param unpickle_result: ``True``: a result that is not JSON is read, verified and unpickled
         here and returned itself (your XCom backend must be able to store it); default: its URI.
 
@@ -432,6 +435,9 @@ class HorovodRunnerOperator(BaseOperator):
         # empty dict changed after it was handed over would never reach spark-submit.
         conf = {**driver_delivery.gpu_conf(master, self.gpus_per_executor, self.gpu_discovery_script), **self.conf,
                 **delivery.conf}
+        # The driver's and executors' JVMs start on every task's critical path and then mostly wait:
+        # C1 only and the serial collector, unless the user chose otherwise (utils/jvm_options.py).
+        conf = jvm_options.quick_start_conf(conf)
         # Spark's INFO chatter would bury the ranks' lines in the task log. spark.log.level applies
         # only once the SparkContext exists, so the driver's JVM also starts with our log4j2
         # configuration (WARN, plus the line with the Spark UI's address). The one switch back:

@@ -5,6 +5,7 @@ one retry, whose try 1 loses its Airflow worker mid-training (tests/test_cluster
 
 from __future__ import annotations
 
+import json
 import os
 from datetime import timedelta
 
@@ -51,7 +52,8 @@ def hvd_key_secrecy():
         # Spark's own records of the run, searched for the key afterwards.
         # Uncompressed, so that a search can find the key if it were there.
         conf={"spark.eventLog.enabled": "true", "spark.eventLog.compress": "false",
-              "spark.eventLog.dir": os.environ.get("HVD_TEST_EVENT_LOG", "file:///tmp/spark-events")})
+              "spark.eventLog.dir": os.environ.get("HVD_TEST_EVENT_LOG", "file:///tmp/spark-events"),
+              **json.loads(os.environ.get("HVD_TEST_CONF", "{}"))})
 
 
 hvd_key_secrecy()
