@@ -71,6 +71,16 @@ def driver_state(cluster, driver_id: str) -> str:
         return json.loads(reply.read()).get("driverState", "NOT_FOUND")
 
 
+def test_a_followed_driver_is_looked_at_quickly_at_first_then_every_poll_interval():
+    """The operator and the trigger see a short run end within a quarter second; a long one costs the
+    master one status request per poll_interval."""
+    from airflow_provider_hvd.utils.standalone_master import poll_delay
+
+    assert poll_delay(0.0, 1.0) == 0.25 and poll_delay(29.9, 1.0) == 0.25
+    assert poll_delay(30.0, 1.0) == 1.0 and poll_delay(3600.0, 5.0) == 5.0
+    assert poll_delay(0.0, 0.1) == 0.1  # a quicker interval asked for is kept
+
+
 @pytest.mark.faults
 def test_killing_the_task_kills_the_driver_on_the_cluster_and_every_rank(airflow, tmp_path, cluster, s3_bucket,
                                                                         fault, no_leftovers):

@@ -290,7 +290,8 @@ class HorovodSparkSubmitHook(SparkSubmitHook):
                       unreachable_limit: float = 120.0) -> str:
         """Until the driver ends: its output (shipped to ``log_dir`` by runner/driver/log_shipper.py),
         from chunk ``first_chunk`` on, into this task's log, line by line as the client-mode driver's
-        would come; returns its final state. The master unreachable for ``unreachable_limit`` seconds
+        would come; returns its final state. Looks every ``poll_interval`` seconds, quicker in the
+        first half-minute (standalone_master.poll_delay). The master unreachable for ``unreachable_limit`` seconds
         in a row is an error naming it."""
         tail = LogTail(log_dir)
         tail.next_seq = first_chunk
@@ -298,6 +299,7 @@ class HorovodSparkSubmitHook(SparkSubmitHook):
                       self.rest_endpoint, log_dir)
         unreachable_since: float | None = None
         state = last = None
+        started = time.monotonic()
         while True:
             try:
                 state = self.driver_state(driver_id)
@@ -315,7 +317,7 @@ class HorovodSparkSubmitHook(SparkSubmitHook):
                 last = state
             if ended:
                 return str(state)
-            time.sleep(poll_interval)
+            time.sleep(standalone_master.poll_delay(time.monotonic() - started, poll_interval))
 
     def on_kill(self) -> None:
         """The Spark provider's, except that a standalone cluster-mode driver is killed through the

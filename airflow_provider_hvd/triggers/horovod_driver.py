@@ -12,13 +12,14 @@ never when the triggerer restarts or hands the trigger to another triggerer).
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import AsyncIterator
 from typing import Any
 
 from airflow.triggers.base import BaseTrigger, TriggerEvent
 
 from airflow_provider_hvd.runner.driver.log_shipper import LogTail
-from airflow_provider_hvd.utils.standalone_master import DRIVER_ENDED, driver_state, kill_driver
+from airflow_provider_hvd.utils.standalone_master import DRIVER_ENDED, driver_state, kill_driver, poll_delay
 
 
 class HorovodDriverTrigger(BaseTrigger):
@@ -28,7 +29,7 @@ class HorovodDriverTrigger(BaseTrigger):
     :param driver_id: the driver's submission id.
     :param log_dir: where the driver ships its output (URL).
     :param next_seq: the first chunk not yet in the task log.
-    :param poll_interval: seconds between looks.
+    :param poll_interval: seconds between looks (quicker in the first half-minute: standalone_master.poll_delay).
     """
 
     def __init__(self, rest_endpoint: str, driver_id: str, log_dir: str, next_seq: int = 0,
@@ -49,13 +50,14 @@ class HorovodDriverTrigger(BaseTrigger):
         tail = LogTail(self.log_dir)
         tail.next_seq = self.next_seq  # a restarted triggerer goes on where the task log is
         last = None
+        started = time.monotonic()
         while True:
             # HTTP and storage calls block: keep them off the triggerer's event loop.
             try:
                 state = await asyncio.to_thread(driver_state, self.rest_endpoint, self.driver_id)
             except (OSError, ValueError) as exc:
                 self.log.warning("The Spark master at %s did not answer: %s", self.rest_endpoint, exc)
-                await asyncio.sleep(self.poll_interval)
+                await asyncio.sleep(poll_delay(time.monotonic() - started, self.poll_interval))
                 continue
             ended = state in DRIVER_ENDED
             for line in await asyncio.to_thread(tail.read_new, ended):
@@ -66,7 +68,7 @@ class HorovodDriverTrigger(BaseTrigger):
             if ended:
                 yield TriggerEvent({"driver_id": self.driver_id, "state": state, "next_seq": tail.next_seq})
                 return
-            await asyncio.sleep(self.poll_interval)
+            await asyncio.sleep(poll_delay(time.monotonic() - started, self.poll_interval))
 
     async def on_kill(self) -> None:
         """The task was marked failed, cleared or marked succeeded while deferred: end the driver (and so

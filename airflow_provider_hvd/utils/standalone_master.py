@@ -13,6 +13,16 @@ from typing import Any
 
 # Driver states after which nothing more happens; NOT_FOUND: the master does not know the id.
 DRIVER_ENDED = frozenset({"FINISHED", "FAILED", "KILLED", "ERROR", "NOT_FOUND"})
+# Following a driver: looks come every QUICK_POLL_S for the first QUICK_POLL_FOR_S seconds, then every
+# poll_interval. A short run's end is then seen within a quarter second rather than a second, and a
+# run of hours costs the master one request per poll_interval.
+QUICK_POLL_S = 0.25
+QUICK_POLL_FOR_S = 30.0
+
+
+def poll_delay(following_for: float, poll_interval: float) -> float:
+    """Seconds until the next look at a driver followed for ``following_for`` seconds."""
+    return min(poll_interval, QUICK_POLL_S) if following_for < QUICK_POLL_FOR_S else poll_interval
 
 
 def request(rest_endpoint: str, method: str, path: str) -> dict[str, Any]:
