@@ -149,7 +149,9 @@ def _exit_done() -> None:
     atexit._run_exitfuncs()
     buffered = (io.TextIOWrapper, io.BufferedWriter, io.BufferedRandom)
     for obj in gc.get_objects():
-        if isinstance(obj, buffered):
+        # type(), not isinstance(): isinstance reads obj.__class__, which some objects answer with a
+        # warning (torch's deprecated torch.distributed.reduce_op does).
+        if issubclass(type(obj), buffered):
             try:
                 if not obj.closed:
                     obj.flush()
