@@ -24,7 +24,7 @@ import json, os, sys
 args = sys.argv[1:]
 files = args[args.index("--files") + 1] if "--files" in args else None
 key_file = os.environ.get("HVD_SIGNING_KEY_FILE") or (files.split("#")[0] if files else None)
-record = {{"argv": args, "env": {{k: v for k, v in os.environ.items() if k.startswith(("HVD_", "PYTHON"))}},
+record = {{"argv": args, "env": {{k: v for k, v in os.environ.items() if k.startswith(("HVD_", "PYTHON", "SPARK_SUBMIT"))}},
           "key_file": key_file, "key_file_mode": oct(os.stat(key_file).st_mode & 0o777) if key_file else None,
           "key_folder_mode": oct(os.stat(os.path.dirname(key_file)).st_mode & 0o777) if key_file else None,
           "key": open(key_file).read() if key_file else None}}
@@ -81,6 +81,7 @@ def test_yarn_client_mode_hands_the_key_to_the_driver_in_a_file_named_in_spark_s
     # The driver (spark-submit's child in client mode) finds the key in a file only this user reads.
     assert got["key"] == key_hex and got["key_file_mode"] == "0o600" and got["key_folder_mode"] == "0o700"
     assert got["env"]["HVD_SIGNING_KEY_FILE"] == got["key_file"]
+    assert "SPARK_SUBMIT_OPTS" not in got["env"]  # spark-submit's JVM is the driver: its extraJavaOptions
     assert json.loads(got["env"]["HVD_RANK_ENV_JSON"])["HVD_CHECKPOINT_DIR"].endswith("/checkpoints")
     # Not through the Spark provider's env_vars, which become --conf for YARN even in client mode.
     assert not [c for c in conf_of(argv) if c.startswith("spark.yarn.appMasterEnv.")]
@@ -128,6 +129,8 @@ def test_the_submitted_jvm_options_keep_the_users_own(airflow, tmp_path):
     conf = conf_of(got["argv"])
     assert conf["spark.executor.extraJavaOptions"] == "-XX:+UseParallelGC -Dteam=ml -XX:TieredStopAtLevel=1"
     assert conf["spark.driver.extraJavaOptions"] == "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC"
+    # In cluster mode spark-submit's own JVM only hands the application over: quick to start too.
+    assert got["env"]["SPARK_SUBMIT_OPTS"] == "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC"
 
 
 def test_kubernetes_cluster_mode_takes_the_key_from_a_kubernetes_secret_in_the_submitted_command(

@@ -320,8 +320,10 @@ class HorovodRunnerOperator(BaseOperator):
             self.log.info("Submitting the Horovod application (np=%d) to Spark master %s, deploy mode %s", np,
                           self._submit_hook.master, deploy_mode)
             try:
-                self._submit_hook.submit(application=delivery.application,
-                                         env=driver_delivery.submit_environment(key, delivery))
+                submit_env = driver_delivery.submit_environment(key, delivery)
+                if deploy_mode == "cluster":  # spark-submit's JVM is not the driver: its own options
+                    submit_env = jvm_options.quick_start_submit_env(submit_env)
+                self._submit_hook.submit(application=delivery.application, env=submit_env)
             except AirflowException as exc:
                 raise AirflowException(self._failure_message(result_path) or str(exc)) from exc
         if log_dir is not None:
