@@ -133,6 +133,20 @@ def test_the_submitted_jvm_options_keep_the_users_own(airflow, tmp_path):
     assert got["env"]["SPARK_SUBMIT_OPTS"] == "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC"
 
 
+def test_the_jvm_options_of_spark_defaults_conf_are_kept_not_replaced(airflow, tmp_path):
+    """spark-submit's --conf replaces a property spark-defaults.conf sets: the operator merges into its value."""
+    conf_dir = tmp_path / "spark-conf"
+    conf_dir.mkdir()
+    (conf_dir / "spark-defaults.conf").write_text("# the cluster's own\n"
+                                                  "spark.executor.extraJavaOptions   -Dteam.defaults=1 -XX:+UseG1GC\n"
+                                                  "spark.driver.extraJavaOptions=-Dteam.driver=1\n")
+    got, out, _ = submit_to_stand_in(airflow, tmp_path, {"conn_type": "spark", "host": "yarn"}, "cluster",
+                                     storage=CLUSTER_STORAGE, SPARK_CONF_DIR=str(conf_dir))
+    conf = conf_of(got["argv"])
+    assert conf["spark.executor.extraJavaOptions"] == "-Dteam.defaults=1 -XX:+UseG1GC -XX:TieredStopAtLevel=1"
+    assert conf["spark.driver.extraJavaOptions"] == "-Dteam.driver=1 -XX:TieredStopAtLevel=1 -XX:+UseSerialGC"
+
+
 def test_kubernetes_cluster_mode_takes_the_key_from_a_kubernetes_secret_in_the_submitted_command(
         airflow, tmp_path):
     spark = {"conn_type": "spark", "host": "k8s://https://kubernetes.example:6443",

@@ -13,15 +13,15 @@ In cluster mode spark-submit's own JVM only hands the application over (and, on 
 Kubernetes, waits for it): it starts the same way, through ``SPARK_SUBMIT_OPTS`` (in client mode
 that JVM is the driver, which ``spark.driver.extraJavaOptions`` covers).
 
-Each option is added only where the user's own ``spark.driver.extraJavaOptions`` /
-``spark.executor.extraJavaOptions`` (the operator's ``conf``) says nothing about that setting:
-a collector of their own (two collectors are a JVM start error) or any tiered-compilation flag
-wins. Options a cluster's administrators want everywhere belong in
-``spark.{driver,executor}.defaultJavaOptions``, which Spark prepends to these.
+Each option is added to what the user already gives those properties (the operator's ``conf``,
+else the ``spark-defaults.conf`` that spark-submit reads, whose value a ``--conf`` would otherwise
+replace), and only where that says nothing about the option's setting: a collector of the user's
+own (two collectors are a JVM start error) or any tiered-compilation flag wins.
 """
 
 from __future__ import annotations
 
+import os
 import re
 
 DRIVER = "spark.driver.extraJavaOptions"
@@ -40,9 +40,38 @@ def with_quick_start(existing: str) -> str:
     return " ".join([existing.strip(), *added]).strip()
 
 
+def spark_defaults() -> dict[str, str]:
+    """The properties of the spark-defaults.conf that spark-submit reads on this host
+    (``$SPARK_CONF_DIR``, else ``$SPARK_HOME/conf``, else pyspark's own ``conf``); empty when none."""
+    conf_dir = os.environ.get("SPARK_CONF_DIR")
+    if not conf_dir:
+        home = os.environ.get("SPARK_HOME")
+        if not home:
+            import pyspark
+
+            home = os.path.dirname(pyspark.__file__)
+        conf_dir = os.path.join(home, "conf")
+    try:
+        with open(os.path.join(conf_dir, "spark-defaults.conf")) as f:
+            lines = f.read().splitlines()
+    except OSError:
+        return {}
+    found = {}
+    for line in lines:  # Java properties, as Spark writes them: "key value" (or key=value, key: value)
+        line = line.strip()
+        if not line or line[0] in "#!":
+            continue
+        match = re.match(r"(\S+?)(?:\s*[=:]\s*|\s+)(.*)$", line)
+        key, value = (match.group(1), match.group(2)) if match else (line, "")
+        found[key] = value.strip()
+    return found
+
+
 def quick_start_conf(conf: dict[str, str]) -> dict[str, str]:
-    """``conf`` with the quick-start options merged into the driver's and the executors' options."""
-    return {**conf, **{key: with_quick_start(str(conf.get(key, ""))) for key in (DRIVER, EXECUTOR)}}
+    """``conf`` with the quick-start options merged into the driver's and the executors' options
+    (their value in ``conf``, else in spark-defaults.conf, kept)."""
+    defaults = spark_defaults() if any(key not in conf for key in (DRIVER, EXECUTOR)) else {}
+    return {**conf, **{key: with_quick_start(str(conf.get(key, defaults.get(key, "")))) for key in (DRIVER, EXECUTOR)}}
 
 
 def quick_start_submit_env(env: dict[str, str]) -> dict[str, str]:
