@@ -149,8 +149,8 @@ def report_lines(cost: dict | None) -> list[str]:
     goal = [f"client mode {_net_ratio(cost['local'], 'ours_client', PEER['local']):.2f} on local[2]"]
     if "cluster" in cost:
         lines += ["### Standalone master + 2 workers on loopback, storage on S3 (moto's server, a stand-in)", "",
-                  "Ours in cluster mode includes following the driver through the master's REST server (1 s "
-                  "polls) and its output through storage; deferrable includes the trigger's start in "
+                  "Ours in cluster mode includes following the driver through the master's REST server (0.25 s "
+                  "polls for the first 30 s) and its output through storage; deferrable includes the trigger's start in "
                   "`airflow tasks test` and the task's resumption. The peer runs in client mode: spark-submit "
                   "refuses a Python application in standalone cluster mode.", "",
                   *_table(cost["cluster"], CLUSTER_TASKS, PEER["cluster"]), ""]
