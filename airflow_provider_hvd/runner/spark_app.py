@@ -85,16 +85,6 @@ def announce_application(sc) -> None:
           flush=True)
 
 
-def stop_spark(sc) -> None:
-    """Stop the application's SparkContext (executors released, the application marked finished)
-    without pyspark's wait for its accumulator server: SparkContext.stop() then shuts that server
-    down, which waits out its handler's poll, 0.9 s of every task for a thread that os._exit ends
-    anyway (spark_app's last step)."""
-    from airflow_provider_hvd.runner.driver import pyspark_internals
-
-    pyspark_internals.stop_jvm_context(sc)
-
-
 def take_signing_key() -> bytes:
     """The signing key, taken out of the environment (and its file deleted) so no user code finds it."""
     path = os.environ.pop(SIGNING_KEY_FILE_ENV, None)
@@ -173,6 +163,7 @@ def main(argv: list[str] | None = None) -> int:
     import cloudpickle
 
     from airflow_provider_hvd.runner.common.storage import atomic_write
+    from airflow_provider_hvd.runner.driver import pyspark_internals
     from airflow_provider_hvd.runner.horovod_runner import HorovodRunner
     from airflow_provider_hvd.runner.results import seal_result
     from airflow_provider_hvd.runner.wire import payload
@@ -211,7 +202,9 @@ def main(argv: list[str] | None = None) -> int:
         return 1
     finally:
         if sc is not None:
-            stop_spark(sc)
+            # The JVM's context only: pyspark's stop() then waits 0.9 s for its accumulator server,
+            # a thread that os._exit (this process's last step) ends anyway.
+            pyspark_internals.stop_jvm_context(sc)
         if shipper is not None:
             shipper.close()
 
