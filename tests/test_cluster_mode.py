@@ -81,6 +81,73 @@ def test_a_followed_driver_is_looked_at_quickly_at_first_then_every_poll_interva
     assert poll_delay(0.0, 0.1) == 0.1  # a quicker interval asked for is kept
 
 
+FOLLOW_SCRIPT = """
+import asyncio, json, sys, time
+from airflow_provider_hvd.hooks.horovod import HorovodSparkSubmitHook
+from airflow_provider_hvd.runner.driver.log_shipper import LogShipper
+from airflow_provider_hvd.triggers.horovod_driver import HorovodDriverTrigger
+
+driver_id, folder = sys.argv[1], sys.argv[2]
+for name, code in (("failed", 1), ("succeeded", 0)):  # each application's output and its last word
+    shipper = LogShipper(f"file://{folder}/{name}", interval=3600).start()
+    print(f"the {name} application's last line", file=sys.stderr)
+    shipper.close(exit_code=code)
+
+
+async def first_event(log_dir, timeout):
+    trigger = HorovodDriverTrigger(rest_endpoint=hook.rest_endpoint, driver_id=driver_id, log_dir=log_dir)
+    events = trigger.run()
+    try:
+        return (await asyncio.wait_for(anext(events), timeout)).payload
+    except asyncio.TimeoutError:
+        return None
+    finally:
+        await events.aclose()
+
+
+hook = HorovodSparkSubmitHook(conn_id="spark_test", deploy_mode="cluster")
+t0 = time.monotonic()
+followed = hook.follow_driver(driver_id, f"file://{folder}/succeeded")
+followed_s = time.monotonic() - t0
+print(json.dumps({"followed": followed, "followed_s": followed_s,
+                  "trigger_succeeded": asyncio.run(first_event(f"file://{folder}/succeeded", 30)),
+                  "trigger_failed": asyncio.run(first_event(f"file://{folder}/failed", 2))}))
+"""
+
+
+def test_the_task_ends_on_its_drivers_own_word_that_it_succeeded_before_the_master_says_so(airflow, tmp_path):
+    """A driver's application writes rank 0's result, ships the last of its output and says it succeeded
+    (its last heartbeat's exit code 0: runner/driver/log_shipper.py); its JVM has still to exit and its worker
+    to tell the master. The operator's follower and the trigger end on that word, with every line, without
+    waiting for the master. A failure is left for the master to report. The master here is real, with no
+    worker: it holds the driver SUBMITTED throughout, as it would report a driver still exiting."""
+    (tmp_path / "cluster").mkdir()
+    master = StandaloneCluster(tmp_path / "cluster", worker_hosts=(), rest=True).start()
+    try:
+        body = {"action": "CreateSubmissionRequest", "appResource": "file:/no/such.jar", "mainClass": "NoSuchMain",
+                "appArgs": [], "clientSparkVersion": "4.2.0", "environmentVariables": {},
+                "sparkProperties": {"spark.app.name": "hvd-held", "spark.master": master.url,
+                                    "spark.submit.deployMode": "cluster"}}
+        request = urllib.request.Request(f"http://127.0.0.1:{master.rest_port}/v1/submissions/create",
+                                         data=json.dumps(body).encode(), method="POST",
+                                         headers={"Content-Type": "application/json"})
+        with urllib.request.urlopen(request, timeout=30) as reply:
+            driver_id = json.loads(reply.read())["submissionId"]
+        env = {**airflow["env"], "AIRFLOW_CONN_SPARK_TEST": json.dumps(master.connection())}
+        done = subprocess.run([sys.executable, "-c", FOLLOW_SCRIPT, driver_id, str(tmp_path)], env=env,
+                              capture_output=True, text=True, timeout=120)
+        assert done.returncode == 0, done.stderr[-4000:]
+        seen = json.loads(done.stdout.strip().splitlines()[-1])
+        held = driver_state(master, driver_id)
+    finally:
+        master.stop()
+    assert held == "SUBMITTED"  # the master never said the driver ended
+    assert seen["followed"] == "FINISHED" and seen["followed_s"] < 5, seen
+    assert "the succeeded application's last line" in done.stderr, done.stderr[-4000:]  # the hook logs its lines
+    assert seen["trigger_succeeded"] == {"driver_id": driver_id, "state": "FINISHED", "next_seq": 1}, seen
+    assert seen["trigger_failed"] is None, seen  # still following: the master will say FAILED
+
+
 @pytest.mark.faults
 def test_killing_the_task_kills_the_driver_on_the_cluster_and_every_rank(airflow, tmp_path, cluster, s3_bucket,
                                                                         fault, no_leftovers):
@@ -292,6 +359,7 @@ def test_a_retry_refuses_to_start_beside_a_forgotten_driver_that_still_beats(tmp
     from airflow_provider_hvd.utils.driver_record import RECORD_NAME, DriverRecord
     from airflow_provider_hvd.version_compat import AirflowException
 
+    (tmp_path / "cluster").mkdir()
     (tmp_path / "cluster").mkdir()
     master = StandaloneCluster(tmp_path / "cluster", worker_hosts=(), rest=True).start()  # nothing runs there
     try:

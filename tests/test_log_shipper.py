@@ -25,5 +25,6 @@ def test_the_tail_reads_every_line_once_in_order_and_lines_split_across_chunks_c
         shipper.close()
     assert tail.read_new(final=True) == ["no newline at the end"]
     assert tail.heartbeat()["chunks"] == 3
+    assert not tail.finished()  # closed without an exit code: only the master can say how the driver ended
     assert sorted(p.name for p in (tmp_path / "driver-log").iterdir()) == [
         "00000000.log", "00000001.log", "00000002.log", "heartbeat.json"]

@@ -170,6 +170,7 @@ def main(argv: list[str] | None = None) -> int:
 
     error_url = args.result + ".error.json"
     sc = None
+    code = 1
     try:
         key = take_signing_key()
         rank_env = json.loads(os.environ.pop(RANK_ENV_ENV, "{}"))
@@ -191,7 +192,8 @@ def main(argv: list[str] | None = None) -> int:
         runner = HorovodRunner(np=args.np, env=rank_env, timeline=args.timeline, spark=sc, **args.options)
         value = runner.run(fn, **kwargs)
         atomic_write(args.result, seal_result(value, key))
-        return 0
+        code = 0
+        return code
     except BaseException as exc:
         report = {"type": type(exc).__name__, "message": str(exc), "traceback": traceback.format_exc()}
         try:
@@ -199,14 +201,16 @@ def main(argv: list[str] | None = None) -> int:
         except Exception:
             pass
         print(f"HorovodRunner application failed: {type(exc).__name__}: {exc}", file=sys.stderr, flush=True)
-        return 1
+        return code
     finally:
         if sc is not None:
             # The JVM's context only: pyspark's stop() then waits 0.9 s for its accumulator server,
             # a thread that os._exit (this process's last step) ends anyway.
             pyspark_internals.stop_jvm_context(sc)
         if shipper is not None:
-            shipper.close()
+            # Last: the heartbeat's exit code tells a follower that the result (or error) is there
+            # and the output complete, before the master sees this driver end.
+            shipper.close(exit_code=code)
 
 
 if __name__ == "__main__":

@@ -3,7 +3,8 @@
 The operator submits in standalone cluster mode, then defers to this trigger:
 no worker slot is held while training runs. The trigger polls the master's REST server for the
 driver's state and relays the driver's shipped output (runner/driver/log_shipper.py) into the task
-log as it comes; it fires once the driver has ended, with its final state and how far the output was
+log as it comes; it fires once the driver has ended (the master says so, or the driver's own end
+record says it succeeded, which comes first), with its final state and how far the output was
 read, and the task resumes in execute_complete to read rank 0's result. A user who marks the deferred
 task failed (or clears it) kills the driver through ``on_kill`` (Airflow 3.3 calls it for that alone,
 never when the triggerer restarts or hands the trigger to another triggerer).
@@ -57,9 +58,10 @@ class HorovodDriverTrigger(BaseTrigger):
                 state = await asyncio.to_thread(driver_state, self.rest_endpoint, self.driver_id)
             except (OSError, ValueError) as exc:
                 self.log.warning("The Spark master at %s did not answer: %s", self.rest_endpoint, exc)
-                await asyncio.sleep(poll_delay(time.monotonic() - started, self.poll_interval))
-                continue
+                state = last
             ended = state in DRIVER_ENDED
+            if not ended and await asyncio.to_thread(tail.finished):  # its own word, before the master's
+                state, ended = "FINISHED", True
             for line in await asyncio.to_thread(tail.read_new, ended):
                 self.log.info("%s", line)
             if state != last:

@@ -8,6 +8,10 @@ stream as before and, every ``interval`` seconds, appended to storage as the nex
 reader that finds chunk n can read it, and one that does not has read everything there is.
 ``<dir>/heartbeat.json`` ({"time": ..., "chunks": n}) is rewritten at least every ``heartbeat``
 seconds while the driver lives: how a follower tells a driver that is quiet from one that is gone.
+Its last version, written once the application's result (or error) is in storage and its output is
+all shipped, adds ``"exit_code"``: the driver's own word that it has ended, which a follower reads a
+poll or two before the master reports the driver's end (its JVM has yet to exit, and its worker to
+tell the master).
 
 LogTail is the reader (the operator, while it follows the driver).
 """
@@ -90,8 +94,9 @@ class LogShipper:
         while not self._stop.wait(self.interval):
             self.ship()
 
-    def ship(self) -> None:
-        """Write what was printed since the last call as the next chunk; beat when it is time."""
+    def ship(self, exit_code: int | None = None) -> None:
+        """Write what was printed since the last call as the next chunk; beat when it is time (and at
+        once, saying so, with the application's ``exit_code`` once it has one)."""
         with self._ship_lock:
             with self._lock:
                 text, self._pending = "".join(self._pending), []
@@ -100,9 +105,11 @@ class LogShipper:
                     atomic_write(chunk_url(self.log_dir, self._seq), text.encode("utf-8", "replace"))
                     self._seq += 1
                 now = time.time()
-                if text or now - self._last_beat >= self.heartbeat:
-                    atomic_write(f"{self.log_dir}/{HEARTBEAT_NAME}",
-                                 json.dumps({"time": now, "chunks": self._seq}).encode())
+                if text or now - self._last_beat >= self.heartbeat or exit_code is not None:
+                    beat: dict = {"time": now, "chunks": self._seq}
+                    if exit_code is not None:
+                        beat["exit_code"] = exit_code
+                    atomic_write(f"{self.log_dir}/{HEARTBEAT_NAME}", json.dumps(beat).encode())
                     self._last_beat = now
             except Exception as exc:  # storage hiccup: keep the text for the next try, say so on the host
                 self.failures += 1
@@ -111,8 +118,9 @@ class LogShipper:
                 if self._saved is not None:
                     print(f"could not ship the driver's log to {self.log_dir}: {exc}", file=self._saved[1], flush=True)
 
-    def close(self) -> None:
-        """Ship the rest and give the streams back."""
+    def close(self, exit_code: int | None = None) -> None:
+        """Ship the rest and give the streams back; ``exit_code``: the application has ended with it
+        (its result or error already written), which the last heartbeat says."""
         self._stop.set()
         if self._thread is not None:
             self._thread.join(30)
@@ -123,7 +131,7 @@ class LogShipper:
                 pass
         if self._saved is not None:
             sys.stdout, sys.stderr = self._saved
-        self.ship()
+        self.ship(exit_code)
 
 
 class LogTail:
@@ -157,7 +165,8 @@ class LogTail:
         return lines
 
     def heartbeat(self) -> dict | None:
-        """The driver's last heartbeat ({"time": epoch seconds, "chunks": n}), or None before its first."""
+        """The driver's last heartbeat ({"time": epoch seconds, "chunks": n}, plus "exit_code" once its
+        application has ended), or None before its first."""
         fs, path = fs_and_path(f"{self.log_dir}/{HEARTBEAT_NAME}")
         fs.invalidate_cache(path)
         try:
@@ -165,3 +174,10 @@ class LogTail:
                 return json.loads(f.read())
         except (FileNotFoundError, ValueError):
             return None
+
+    def finished(self) -> bool:
+        """The driver's application has ended with exit code 0: its result is in storage and its output
+        all shipped, though its JVM may still be exiting. Only success counts: a failed driver's end is
+        left to the master to report (one that Spark relaunches writes to the same place again)."""
+        beat = self.heartbeat()
+        return beat is not None and beat.get("exit_code") == 0
