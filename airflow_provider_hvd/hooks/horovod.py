@@ -311,9 +311,10 @@ class HorovodSparkSubmitHook(SparkSubmitHook):
                                   f"{unreachable_limit:.0f} s ({exc}); driver {driver_id} may still be running: "
                                   f"kill it there if it is") from None
             ended = state in standalone_master.DRIVER_ENDED
-            if not ended and tail.finished():  # its own word, a poll or two before the master's
+            lines, finished = tail.look(ended)
+            self._process_spark_submit_log(iter(lines))
+            if finished and not ended:  # its own word, a poll or two before the master's
                 state, ended = "FINISHED", True
-            self._process_spark_submit_log(iter(tail.read_new(final=ended)))
             if state != last:
                 self.log.info("Spark driver %s: %s", driver_id, state)
                 last = state

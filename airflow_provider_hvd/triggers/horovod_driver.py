@@ -60,10 +60,11 @@ class HorovodDriverTrigger(BaseTrigger):
                 self.log.warning("The Spark master at %s did not answer: %s", self.rest_endpoint, exc)
                 state = last
             ended = state in DRIVER_ENDED
-            if not ended and await asyncio.to_thread(tail.finished):  # its own word, before the master's
-                state, ended = "FINISHED", True
-            for line in await asyncio.to_thread(tail.read_new, ended):
+            lines, finished = await asyncio.to_thread(tail.look, ended)
+            for line in lines:
                 self.log.info("%s", line)
+            if finished and not ended:  # its own word, a poll or two before the master's
+                state, ended = "FINISHED", True
             if state != last:
                 self.log.info("Spark driver %s: %s", self.driver_id, state)
                 last = state

@@ -142,12 +142,13 @@ class LogTail:
         self.next_seq = 0
         self._partial = ""
 
-    def read_new(self, final: bool = False) -> list[str]:
+    def read_new(self, final: bool = False, upto: int | None = None) -> list[str]:
         """The complete lines of every chunk written since the last call; ``final``: the last
-        unterminated line too (the driver has ended, nothing more will come)."""
+        unterminated line too (the driver has ended, nothing more will come). ``upto``: the chunks
+        known to exist (a heartbeat's count) are read, and no request is spent looking for another."""
         fs, _ = fs_and_path(self.log_dir)
         text = []
-        while True:
+        while upto is None or self.next_seq < upto:
             _, path = fs_and_path(chunk_url(self.log_dir, self.next_seq))
             fs.invalidate_cache(path)  # a listing cached earlier must not hide a chunk written since
             try:
@@ -175,9 +176,14 @@ class LogTail:
         except (FileNotFoundError, ValueError):
             return None
 
-    def finished(self) -> bool:
-        """The driver's application has ended with exit code 0: its result is in storage and its output
-        all shipped, though its JVM may still be exiting. Only success counts: a failed driver's end is
-        left to the master to report (one that Spark relaunches writes to the same place again)."""
+    def look(self, ended: bool) -> tuple[list[str], bool]:
+        """One look at a followed driver that the master reports ``ended`` (or not): its new lines, and
+        whether its application has said it succeeded (exit code 0 in the last heartbeat: its result is
+        in storage and these lines are its last, though its JVM may still be exiting). Only success
+        counts: a failed driver's end is the master's to report (one that Spark relaunches writes here
+        again). A look costs a read of the heartbeat and one per new chunk."""
         beat = self.heartbeat()
-        return beat is not None and beat.get("exit_code") == 0
+        finished = beat is not None and beat.get("exit_code") == 0
+        if ended or finished:
+            return self.read_new(final=True), finished
+        return self.read_new(upto=int(beat.get("chunks", 0)) if beat else 0), False
