@@ -1,5 +1,6 @@
 """The driver's output shipped through storage (cluster deploy mode): every line once, in order, whole."""
 
+import json
 import sys
 
 from airflow_provider_hvd.runner.driver.log_shipper import LogShipper, LogTail
@@ -30,3 +31,35 @@ def test_the_tail_reads_every_line_once_in_order_and_lines_split_across_chunks_c
     assert tail.look(ended=False) == ([], False)
     assert sorted(p.name for p in (tmp_path / "driver-log").iterdir()) == [
         "00000000.log", "00000001.log", "00000002.log", "heartbeat.json"]
+
+
+def test_a_follower_reads_the_heartbeat_while_the_driver_rewrites_it_on_s3(s3_bucket):
+    """The driver rewrites heartbeat.json (S3 on moto's server, the stand-in for a bucket) while the task's
+    follower reads it every look: each read is one whole version, never an error. (A file object pins the
+    version its first request saw and fails with HTTP 412 when the object changes before its read: that
+    failed a deferred task in the bench.)"""
+    import threading
+
+    from airflow_provider_hvd.runner.common.storage import atomic_write
+
+    url = f"s3://{s3_bucket}/driver-log"
+    stop = threading.Event()
+
+    def rewrite():
+        n = 0
+        while not stop.is_set():
+            n += 1
+            atomic_write(f"{url}/heartbeat.json", json.dumps({"time": n, "chunks": 0}).encode())
+
+    atomic_write(f"{url}/heartbeat.json", json.dumps({"time": 0, "chunks": 0}).encode())
+    writer = threading.Thread(target=rewrite)
+    writer.start()
+    tail = LogTail(url)
+    try:
+        seen = [tail.heartbeat()["time"] for _ in range(150)]
+        looks = [tail.look(ended=False) for _ in range(50)]
+    finally:
+        stop.set()
+        writer.join()
+    assert seen == sorted(seen) and seen[-1] > seen[0], seen  # newer versions, each read whole
+    assert looks == [([], False)] * 50

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import io
 import json
+import logging
 import sys
 import threading
 import time
@@ -28,6 +29,7 @@ from typing import TextIO
 from airflow_provider_hvd.runner.common.storage import atomic_write, fs_and_path
 
 HEARTBEAT_NAME = "heartbeat.json"
+log = logging.getLogger(__name__)
 
 
 def chunk_url(log_dir: str, seq: int) -> str:
@@ -171,8 +173,9 @@ class LogTail:
         fs, path = fs_and_path(f"{self.log_dir}/{HEARTBEAT_NAME}")
         fs.invalidate_cache(path)
         try:
-            with fs.open(path, "rb") as f:
-                return json.loads(f.read())
+            # One GET. A file object (fs.open) first looks the object up, then reads that version
+            # only: S3 answers HTTP 412 when the driver rewrote the heartbeat in between.
+            return json.loads(fs.cat_file(path))
         except (FileNotFoundError, ValueError):
             return None
 
@@ -182,7 +185,13 @@ class LogTail:
         in storage and these lines are its last, though its JVM may still be exiting). Only success
         counts: a failed driver's end is the master's to report (one that Spark relaunches writes here
         again). A look costs a read of the heartbeat and one per new chunk."""
-        beat = self.heartbeat()
+        try:
+            beat = self.heartbeat()
+        except OSError as exc:  # storage unreachable for a moment: no news this look, the next one asks again
+            if not ended:
+                log.warning("Could not read the driver's heartbeat under %s (will look again): %s", self.log_dir, exc)
+                return [], False
+            beat = None
         finished = beat is not None and beat.get("exit_code") == 0
         if ended or finished:
             return self.read_new(final=True), finished
