@@ -210,6 +210,10 @@ def test_deferrable_hands_the_running_driver_to_a_trigger_and_resumes_with_rank_
     assert "handing this task to the triggerer" in out and "HorovodDriverTrigger" in out, out[-5000:]
     assert "rank 0 did" in out and "rank 1 did" in out, out[-5000:]  # relayed by the trigger
     assert "Rank 0 returned {'size': 2" in out, out[-5000:]
+    # spark-core's jar only carried PythonRunner to the driver (utils/driver_delivery.py): no executor
+    # fetched a copy of it (15 MB before its first task, in its work directory).
+    executor_dirs = list((tmp_path / "cluster").glob("work*/app-*/*"))
+    assert executor_dirs and not [jar for d in executor_dirs for jar in d.glob("*.jar")], executor_dirs
 
 
 @contextlib.contextmanager

@@ -41,6 +41,10 @@ KEY_FOLDER_PREFIX = "hvd-key-"  # utils/driver_delivery.key_file's folders
 OWNER_PID_ENV = "HVD_OWNER_PID"
 # The line announce_application prints once the SparkContext exists, read by HorovodSparkSubmitHook.
 APPLICATION_MARKER = "HVD-SPARK-APPLICATION "
+# Standalone cluster mode: the jar spark-submit was handed only to carry PythonRunner (spark-core's,
+# utils/driver_delivery.py). Spark lists it in spark.jars, so every executor would fetch and copy it
+# (15 MB, before its first task) though every Spark host has it on its classpath: left out here.
+CARRIER_JAR_ENV = "HVD_CARRIER_JAR"
 
 
 def _die_with_parent() -> None:
@@ -77,6 +81,18 @@ def _end_with_owner() -> None:
         os._exit(1)
 
     when_process_ends(int(owner), owner_gone)
+
+
+def spark_conf():
+    """The application's SparkConf (spark-submit's properties), less the carrier jar (CARRIER_JAR_ENV)."""
+    from pyspark import SparkConf
+
+    conf = SparkConf()
+    carrier = os.environ.pop(CARRIER_JAR_ENV, None)
+    if carrier:
+        jars = [jar for jar in conf.get("spark.jars", "").split(",") if jar and jar != carrier]
+        conf.set("spark.jars", ",".join(jars))
+    return conf
 
 
 def announce_application(sc) -> None:
@@ -184,7 +200,7 @@ def main(argv: list[str] | None = None) -> int:
 
             # A SparkContext, not a SparkSession: the barrier stage is an RDD job, and a session would
             # load Spark SQL's classes for nothing (2 s of every task's launch, measured: docs/benchmarks.md).
-            sc = SparkContext.getOrCreate()
+            sc = SparkContext.getOrCreate(spark_conf())
             announce_application(sc)
             sealed = fetched.result()
         fn, kwargs = cloudpickle.loads(payload.open_sealed(sealed, key, payload.KIND_CALL))

@@ -20,7 +20,8 @@ environment page record those):
 - **standalone cluster mode**: spark-submit refuses Python applications there, so it submits
   Spark's own ``org.apache.spark.deploy.PythonRunner`` (what it runs for a ``.py`` in client mode)
   with spark_app.py as its first argument; the primary resource is a jar every Spark host has
-  (spark-core's). Spark's standalone client hands spark-submit's whole environment to the driver
+  (spark-core's), which the driver then leaves out of ``spark.jars`` (HVD_CARRIER_JAR): executors
+  need no copy of it. Spark's standalone client hands spark-submit's whole environment to the driver
   over Spark RPC (``spark.authenticate`` and ``spark.network.crypto.enabled`` keep that private to
   the cluster), so the key travels as ``HVD_SIGNING_KEY`` there; it reaches the environment of the
   driver's two processes (the worker's DriverWrapper JVM and its Python child, which drops it
@@ -218,10 +219,13 @@ def plan(master: str, deploy_mode: str, *, key_path: str, driver_env: dict[str, 
         if key is None:
             raise ValueError("standalone cluster mode hands the key itself to spark-submit's environment: pass key")
         jar = cluster_jar or spark_core_jar()
+        application = jar if "://" in jar or jar.startswith("file:") else f"file:{jar}"
         return DriverDelivery(
-            submit_env={**driver_env, SIGNING_KEY_ENV: key.hex()}, environment_travels=True,
+            # The driver leaves the carrier jar out of what its executors fetch (spark_app.CARRIER_JAR_ENV).
+            submit_env={**driver_env, SIGNING_KEY_ENV: key.hex(), spark_app.CARRIER_JAR_ENV: application},
+            environment_travels=True,
             conf={"spark.master.rest.enabled": "false"},  # the RPC client: it forwards the environment
-            application=jar if "://" in jar or jar.startswith("file:") else f"file:{jar}", main_class=PYTHON_RUNNER,
+            application=application, main_class=PYTHON_RUNNER,
             leading_args=[cluster_app or os.path.abspath(spark_app.__file__), ""])
     if kind == "yarn":
         conf = {f"spark.yarn.appMasterEnv.{name}": value for name, value in driver_env.items()}
