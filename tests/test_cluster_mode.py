@@ -202,7 +202,12 @@ def test_deferrable_hands_the_running_driver_to_a_trigger_and_resumes_with_rank_
                                                                                        s3_bucket, no_leftovers):
     """`airflow dags test` runs the trigger in its own process, as the triggerer would: the task defers once
     the driver is placed, the trigger relays the driver's output, the task resumes and verifies the result."""
-    env = task_env(airflow, tmp_path, cluster, s3_bucket, HVD_TEST_DEFERRABLE="1")
+    import pyspark
+
+    # A jar of the user's own, which the executors must still fetch.
+    user_jar = next((Path(pyspark.__file__).parent / "jars").glob("minlog-*.jar"))
+    env = task_env(airflow, tmp_path, cluster, s3_bucket, HVD_TEST_DEFERRABLE="1",
+                   HVD_TEST_CONF=json.dumps({"spark.jars": f"file:{user_jar}"}))
     done = subprocess.run([AIRFLOW, "dags", "test", "hvd_key_secrecy"], env=env, capture_output=True, text=True,
                           timeout=600)
     out = done.stdout + done.stderr
@@ -211,9 +216,11 @@ def test_deferrable_hands_the_running_driver_to_a_trigger_and_resumes_with_rank_
     assert "rank 0 did" in out and "rank 1 did" in out, out[-5000:]  # relayed by the trigger
     assert "Rank 0 returned {'size': 2" in out, out[-5000:]
     # spark-core's jar only carried PythonRunner to the driver (utils/driver_delivery.py): no executor
-    # fetched a copy of it (15 MB before its first task, in its work directory).
+    # fetched a copy of it (15 MB before its first task, in its work directory); the user's jar they did.
     executor_dirs = list((tmp_path / "cluster").glob("work*/app-*/*"))
-    assert executor_dirs and not [jar for d in executor_dirs for jar in d.glob("*.jar")], executor_dirs
+    assert executor_dirs, list((tmp_path / "cluster").rglob("*"))
+    for executor_dir in executor_dirs:
+        assert sorted(jar.name for jar in executor_dir.glob("*.jar")) == [user_jar.name], executor_dir
 
 
 @contextlib.contextmanager

@@ -4,8 +4,10 @@ hooks/horovod.py); when an upgrade changes one, the test here fails naming it, b
 runs would."""
 
 import json
+import os
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -53,6 +55,25 @@ print("STOPPED", jvm_context.isStopped())
     assert "STOPPED True" in done.stdout, (
         f"SparkContext._jsc.stop() no longer stops the JVM's context (driver/pyspark_internals.py):\n"
         f"{done.stdout[-2000:]}{done.stderr[-2000:]}")
+
+
+def test_a_conf_made_through_the_gateway_holds_spark_submits_properties(tmp_path):
+    """SparkContext._ensure_initialized(): after it, SparkConf() holds what spark-submit was given (a bare
+    SparkConf() knows nothing, and an edit to it replaces the submitted value: runner/spark_app.py)."""
+    import pyspark
+
+    script = tmp_path / "probe.py"
+    script.write_text("from airflow_provider_hvd.runner.driver import pyspark_internals\n"
+                      "conf = pyspark_internals.submitted_conf()\n"
+                      "print('PROBE', conf.get('spark.hvd.probe'), conf.get('spark.jars'))\n")
+    spark_submit = Path(pyspark.__file__).parent / "bin" / "spark-submit"
+    done = subprocess.run([str(spark_submit), "--master", "local[1]", "--conf", "spark.hvd.probe=submitted",
+                           "--conf", "spark.jars=file:/opt/user.jar", str(script)],
+                          env={**os.environ, "PYSPARK_PYTHON": sys.executable}, capture_output=True, text=True,
+                          timeout=120)
+    assert "PROBE submitted file:/opt/user.jar" in done.stdout, (
+        "SparkContext._ensure_initialized() no longer gives SparkConf() spark-submit's properties "
+        f"(driver/pyspark_internals.py):\n{done.stdout[-2000:]}{done.stderr[-2000:]}")
 
 
 def test_horovod_torch_keeps_pending_collectives_in_its_handle_map():

@@ -84,10 +84,12 @@ def _end_with_owner() -> None:
 
 
 def spark_conf():
-    """The application's SparkConf (spark-submit's properties), less the carrier jar (CARRIER_JAR_ENV)."""
-    from pyspark import SparkConf
+    """The application's SparkConf (spark-submit's properties), less the carrier jar (CARRIER_JAR_ENV).
 
-    conf = SparkConf()
+    Read through the JVM (pyspark_internals.submitted_conf): the user's own ``spark.jars`` stay."""
+    from airflow_provider_hvd.runner.driver import pyspark_internals
+
+    conf = pyspark_internals.submitted_conf()
     carrier = os.environ.pop(CARRIER_JAR_ENV, None)
     if carrier:
         jars = [jar for jar in conf.get("spark.jars", "").split(",") if jar and jar != carrier]

@@ -1,6 +1,6 @@
 """The private parts of pyspark the runner relies on, in one place, each with why.
 
-PySpark has no public API for these four things; each use is wrapped here, and
+PySpark has no public API for these five things; each use is wrapped here, and
 tests/test_private_apis.py fails loudly, naming the attribute, when a pyspark upgrade
 changes one (pin pyspark and read that test before upgrading).
 
@@ -18,6 +18,10 @@ changes one (pin pyspark and read that test before upgrading).
   shuts pyspark's accumulator server down, which waits about 0.9 s for its connection handler's
   poll; a driver about to end its process (runner/spark_app.py) need not wait for a thread that
   dies with it.
+- ``SparkContext._ensure_initialized()``: starts (or, under spark-submit, joins) the JVM gateway.
+  A ``SparkConf()`` made before it is a bare Python dict that knows none of spark-submit's
+  properties, and whatever is set on it *overrides* them when the context starts: editing
+  ``spark.jars`` there would drop the user's own jars (runner/spark_app.py edits it).
 """
 
 from __future__ import annotations
@@ -57,3 +61,12 @@ def stop_jvm_context(sc) -> None:
     """Stop ``sc``'s JVM SparkContext (executors released, the application ended) and nothing
     else: for a process that exits next, without pyspark's wait for its accumulator server."""
     sc._jsc.stop()
+
+
+def submitted_conf():
+    """spark-submit's properties as the JVM holds them (a ``SparkConf`` backed by the JVM's), so an
+    edit to one of them starts from its real value instead of replacing it."""
+    from pyspark import SparkConf, SparkContext
+
+    SparkContext._ensure_initialized()
+    return SparkConf()
