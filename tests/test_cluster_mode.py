@@ -371,7 +371,6 @@ def test_a_retry_refuses_to_start_beside_a_forgotten_driver_that_still_beats(tmp
     from airflow_provider_hvd.version_compat import AirflowException
 
     (tmp_path / "cluster").mkdir()
-    (tmp_path / "cluster").mkdir()
     master = StandaloneCluster(tmp_path / "cluster", worker_hosts=(), rest=True).start()  # nothing runs there
     try:
         for name, value in {**cluster_mode_environment(s3_bucket, "ab" * 32),
