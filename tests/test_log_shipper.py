@@ -2,6 +2,7 @@
 
 import json
 import sys
+import time
 
 from airflow_provider_hvd.runner.driver.log_shipper import LogShipper, LogTail
 
@@ -63,3 +64,38 @@ def test_a_follower_reads_the_heartbeat_while_the_driver_rewrites_it_on_s3(s3_bu
         writer.join()
     assert seen == sorted(seen) and seen[-1] > seen[0], seen  # newer versions, each read whole
     assert looks == [([], False)] * 50
+
+
+def test_a_chunk_storage_fails_to_return_is_read_on_the_next_look_and_nothing_is_lost(tmp_path):
+    """A chunk the heartbeat counts cannot be read for a moment (here: a directory where the file should be,
+    a real filesystem error): the look returns the lines before it and the follower carries on; a later
+    look reads it. The look that sees the driver's end tries its last read again before it gives up."""
+    import threading
+
+    url = f"file://{tmp_path}/driver-log"
+    shipper = LogShipper(url, interval=3600).start()
+    tail = LogTail(url)
+    try:
+        for n in range(3):
+            print(f"line {n}")
+            shipper.ship()
+        chunk_1 = tmp_path / "driver-log" / "00000001.log"
+        aside = chunk_1.with_suffix(".aside")
+        chunk_1.rename(aside)
+        chunk_1.mkdir()  # reading it now fails with IsADirectoryError
+        lines, finished = tail.look(ended=False)
+        assert (lines, finished) == (["line 0"], False) and isinstance(tail.read_error, IsADirectoryError)
+        print("line 3")
+    finally:
+        shipper.close(exit_code=0)
+
+    def storage_back():  # while the last read waits to try again
+        time.sleep(0.5)
+        chunk_1.rmdir()
+        aside.rename(chunk_1)
+
+    back = threading.Thread(target=storage_back)
+    back.start()
+    more, finished = tail.look(ended=False)  # the exit code: the driver's last look
+    back.join()
+    assert finished and lines + more == ["line 0", "line 1", "line 2", "line 3"] and tail.read_error is None

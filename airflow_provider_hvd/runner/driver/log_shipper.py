@@ -139,17 +139,25 @@ class LogShipper:
 class LogTail:
     """Reads the chunks a LogShipper wrote, in order, each once; lines come whole."""
 
+    # Seconds between the tries of a last read that storage refused (the driver has ended: no later look).
+    FINAL_READ_RETRIES = (1, 2, 4)
+
     def __init__(self, log_dir: str) -> None:
         self.log_dir = log_dir.rstrip("/")
         self.next_seq = 0
         self._partial = ""
+        # The storage error that stopped the last read before the chunks it looked for (None: it read them all).
+        self.read_error: OSError | None = None
 
     def read_new(self, final: bool = False, upto: int | None = None) -> list[str]:
         """The complete lines of every chunk written since the last call; ``final``: the last
         unterminated line too (the driver has ended, nothing more will come). ``upto``: the chunks
-        known to exist (a heartbeat's count) are read, and no request is spent looking for another."""
+        known to exist (a heartbeat's count) are read, and no request is spent looking for another.
+        A chunk that storage fails to return (an OSError other than not-found) ends this read: the lines
+        before it are returned, ``read_error`` says why, and the next read starts at that chunk."""
         fs, _ = fs_and_path(self.log_dir)
         text = []
+        self.read_error = None
         while upto is None or self.next_seq < upto:
             _, path = fs_and_path(chunk_url(self.log_dir, self.next_seq))
             fs.invalidate_cache(path)  # a listing cached earlier must not hide a chunk written since
@@ -158,13 +166,34 @@ class LogTail:
                     text.append(f.read().decode("utf-8", "replace"))
             except FileNotFoundError:
                 break
+            except OSError as exc:  # storage failed for a moment: nothing read is lost, the rest comes next time
+                self.read_error = exc
+                log.warning("Could not read the driver's output chunk %s (will read it again): %s", path, exc)
+                break
             self.next_seq += 1
         joined = self._partial + "".join(text)
         lines = joined.split("\n")
         self._partial = lines.pop()
-        if final and self._partial:
+        if final and self._partial and self.read_error is None:
             lines.append(self._partial)
             self._partial = ""
+        return lines
+
+    def read_last(self) -> list[str]:
+        """The driver has ended: every line it left, trying again (FINAL_READ_RETRIES) where storage fails,
+        since no later look will come. Lines storage never returned are reported in the log."""
+        lines = self.read_new(final=True)
+        for wait in self.FINAL_READ_RETRIES:
+            if self.read_error is None:
+                return lines
+            time.sleep(wait)
+            lines += self.read_new(final=True)
+        if self.read_error is not None:
+            log.error("The driver's output from chunk %d on under %s could not be read (%s): it is still there for "
+                      "a person to read", self.next_seq, self.log_dir, self.read_error)
+            if self._partial:
+                lines.append(self._partial)
+                self._partial = ""
         return lines
 
     def heartbeat(self) -> dict | None:
@@ -194,5 +223,5 @@ class LogTail:
             beat = None
         finished = beat is not None and beat.get("exit_code") == 0
         if ended or finished:
-            return self.read_new(final=True), finished
+            return self.read_last(), finished
         return self.read_new(upto=int(beat.get("chunks", 0)) if beat else 0), False
