@@ -420,6 +420,15 @@ HISTORY = [
     'run before, 12.27 s against 11.52 s). Every task ran faster on the machine this time (the peer 20.22 '
     's net against 23.02 s), so the ratios (0.52 cluster, 0.53 deferrable) are not below the run before '
     'although ours are 1.1-1.5 s shorter.',
+    "",
+    'Tried for the cluster modes and set aside (2026-12-05): a class-data-sharing archive (AppCDS, '
+    "`-XX:ArchiveClassesAtExit` once, `-XX:SharedArchiveFile` for the driver's and executors' JVMs) saved"
+    ' about 1 s per cluster-mode task, but Java 17 refuses to build or use one when a non-empty directory'
+    ' comes before the archived jars on the class path, and Spark always puts its conf directory (spark-'
+    'defaults.conf, log4j2.properties) first: on any deployment with a Spark configuration, ours in '
+    "docker/ included, it would silently do nothing. Skipping spark-class's launcher JVM (it only prints "
+    "the java command) would save 0.2-0.25 s per spark-submit at the price of copying Spark's command "
+    'building.',
 ]
 
 
