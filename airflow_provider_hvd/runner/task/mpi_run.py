@@ -29,7 +29,7 @@ from airflow_provider_hvd.runner.common.processes import kill_group, process_lin
 from airflow_provider_hvd.runner.task.driver_link import DriverLink
 from airflow_provider_hvd.runner.task.mpi_output import TaggedOutput, failure_report
 from airflow_provider_hvd.runner.task.output_lines import LineAssembler, pump
-from airflow_provider_hvd.runner.task.rsh_service import this_hosts_rank_env
+from airflow_provider_hvd.runner.task.rsh_service import OWN_SESSION_DIR, this_hosts_rank_env
 from airflow_provider_hvd.runner.wire.messages import (
     RANK_MAIN_MODULE,
     RSH_AGENT_MODULE,
@@ -95,6 +95,9 @@ class MpiRun:
         self.launch_env = {**{k: v for k, v in env.items() if k != "HOROVOD_TIMELINE"}, **rank_env,
                            **this_hosts_rank_env(), LaunchEnv.RSH_SECRET: secret.hex(),
                            LaunchEnv.RSH_MAP: json.dumps({h: list(a) for h, a in rsh.items()})}
+        # mpirun hands its own session directory setting to every orted on its command line: left to its
+        # default, so that each orted takes the one of its own (rsh_service.OWN_SESSION_DIR).
+        self.launch_env.pop(OWN_SESSION_DIR, None)
 
     def _rsh_agent(self) -> str:
         """What Open MPI runs to start orted on a host: our rsh agent. Every orted looks it up again on its

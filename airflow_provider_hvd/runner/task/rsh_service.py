@@ -10,8 +10,10 @@ everything the command started is killed.
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import sys
+import tempfile
 import threading
 from typing import Any
 
@@ -19,6 +21,16 @@ from airflow_provider_hvd.runner.common.processes import kill_group, kill_tree
 from airflow_provider_hvd.runner.task.rank_environment import rank_base_env
 from airflow_provider_hvd.runner.wire import channel as channel_mod
 from airflow_provider_hvd.runner.wire.messages import LaunchEnv, Op, Stream
+
+
+# Where an Open MPI daemon keeps its session directory (default /tmp/ompi.<hostname>.<uid>/jf.<job family>).
+# Open MPI expects one daemon per machine and job: each one, starting, wipes its job family's directory
+# ("stale directories laying around") and then builds its own tree there. Two barrier tasks on one machine
+# (two Spark workers with their own addresses) are two hosts to mpirun, with one hostname and one /tmp:
+# mpirun and the orted share that directory, and an orted died in orte_session_dir ("mkdir ... File
+# exists", then gone) when it vanished under it (CI, 2026-12-05). Each orted gets a folder of its own,
+# removed after it; mpirun keeps the default (it would hand its own value to every orted).
+OWN_SESSION_DIR = "OMPI_MCA_orte_tmpdir_base"
 
 
 def this_hosts_rank_env() -> dict[str, str]:
@@ -39,9 +51,11 @@ class RshService:
         request = channel.recv_json()
         if request.get("op") != Op.EXEC:
             return
+        # orted's session directory in a folder of its own, removed once it ended (OWN_SESSION_DIR).
+        session_dir = tempfile.mkdtemp(prefix="hvd-orted-")
         proc = subprocess.Popen(["/bin/sh", "-c", request["command"]], stdout=subprocess.PIPE,
                                 stderr=subprocess.PIPE, start_new_session=True,
-                                env={**rank_base_env(), **this_hosts_rank_env()})
+                                env={**rank_base_env(), **this_hosts_rank_env(), OWN_SESSION_DIR: session_dir})
         with self._lock:
             self._procs.add(proc)
 
@@ -66,6 +80,7 @@ class RshService:
         for t in pumps:
             t.join(5)
         kill_group(proc)
+        shutil.rmtree(session_dir, ignore_errors=True)
         with self._lock:
             self._procs.discard(proc)
         try:
