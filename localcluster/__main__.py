@@ -54,7 +54,8 @@ def main(argv: list[str]) -> int:
     if args.command == "down":
         killed = cluster.down()
         for line in killed:
-            print(f"had to SIGKILL {line}")
+            # destroy()'s lines name a process; aborted_stacks()' say what it was doing.
+            print(line if line.startswith("stacks written") else f"had to SIGKILL {line}")
         print("cluster down: no process, namespace or mount left")
         return 0
     if not cluster.info:

@@ -140,6 +140,9 @@ def destroy(grace: float = 20.0) -> list[str]:
     for netns in names:
         for pid in pids_in(netns):
             killed.append(f"{netns}: {_cmdline(pid)}")
+    _abort_python_survivors(names)
+    for netns in names:
+        for pid in pids_in(netns):
             _signal(pid, signal.SIGKILL)
     deadline = time.monotonic() + 10
     while any(pids_in(n) for n in names) and time.monotonic() < deadline:
@@ -154,6 +157,37 @@ def destroy(grace: float = 20.0) -> list[str]:
     except OSError:
         pass
     return killed
+
+
+def _abort_python_survivors(names: list[str], wait: float = 3.0) -> None:
+    """What a process that ignored SIGTERM was doing is the evidence a hung shutdown needs: every host
+    runs Python with PYTHONFAULTHANDLER=1 (services.base_env), so SIGABRT makes a Python survivor
+    write every thread's stack to its stderr (its service's log) before it dies. No core file: the
+    survivor's core limit is set to 0 first."""
+    import resource
+
+    aborted = []
+    for netns in names:
+        for pid in pids_in(netns):
+            try:
+                if "python" not in os.path.basename(os.readlink(f"/proc/{pid}/exe")):
+                    continue
+                resource.prlimit(pid, resource.RLIMIT_CORE, (0, 0))
+            except OSError:
+                continue
+            _signal(pid, signal.SIGABRT)
+            aborted.append(pid)
+    deadline = time.monotonic() + wait
+    while aborted and time.monotonic() < deadline:
+        aborted = [pid for pid in aborted if Path(f"/proc/{pid}").exists() and _state(pid) != "Z"]
+        time.sleep(0.1)
+
+
+def _state(pid: int) -> str:
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except (OSError, IndexError):
+        return "?"
 
 
 def _parent(pid: int) -> int | None:

@@ -54,7 +54,10 @@ def base_env() -> dict[str, str]:
     """What every host's processes start with: an image's environment, not this shell's."""
     env = {"PATH": f"{VENV_BIN}:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
            "HOME": HOST_DIR, "LANG": "C.UTF-8", "SPARK_HOME": str(SPARK_HOME),
-           "PYSPARK_PYTHON": sys.executable}
+           "PYSPARK_PYTHON": sys.executable,
+           # A Python process that `down` has to kill gets SIGABRT first and writes its threads'
+           # stacks to its log (network.destroy): the evidence of what a hung shutdown waited on.
+           "PYTHONFAULTHANDLER": "1"}
     if os.environ.get("JAVA_HOME"):
         env["JAVA_HOME"] = os.environ["JAVA_HOME"]
     return env
@@ -302,11 +305,28 @@ class Cluster:
         self.info["forwarder"] = proc.pid
         self.save()
 
-    def down(self) -> list[str]:
-        """Every process ended, every namespace removed (the forwarder joined Airflow's: it goes too)."""
-        killed = network.destroy()
+    def down(self, grace: float = 20.0) -> list[str]:
+        """Every process ended, every namespace removed (the forwarder joined Airflow's: it goes too).
+        Returns what had to be killed after ``grace`` seconds, then the stacks those processes wrote."""
+        killed = network.destroy(grace)
         self.info_path.unlink(missing_ok=True)
-        return killed
+        return killed + (self.aborted_stacks() if killed else [])
+
+    def aborted_stacks(self, most: int = 80) -> list[str]:
+        """The thread stacks that Python processes killed by `down` wrote to their service logs
+        (network.destroy aborts them with faulthandler on), each dump under its log's path."""
+        found = []
+        for log in sorted((self.state / "hosts").glob("*/logs/*.log")):
+            lines = log.read_text(errors="replace").splitlines()
+            for i, line in enumerate(lines):
+                if line.startswith("Fatal Python error: Aborted"):
+                    dump = []
+                    for entry in lines[i + 1:i + 1 + most]:
+                        if entry.startswith("Extension modules:"):
+                            break
+                        dump.append(entry)
+                    found.append(f"stacks written on SIGABRT, {log}:\n" + "\n".join(dump))
+        return found
 
 
 def free_port() -> int:

@@ -1,0 +1,53 @@
+"""`localcluster down` (make cluster-down): what it does with a process that will not stop."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+
+import pytest
+
+from localcluster import network
+from localcluster.services import Cluster, base_env
+
+pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="network namespaces need root")
+
+# A service whose shutdown hangs: it ignores SIGTERM, and a thread of its own is where it waits.
+STUCK = """
+import signal, threading, time
+signal.signal(signal.SIGTERM, signal.SIG_IGN)
+def wait_for_a_peer_that_never_answers():
+    time.sleep(600)
+threading.Thread(target=wait_for_a_peer_that_never_answers).start()
+print("ready", flush=True)
+time.sleep(600)
+"""
+
+
+def test_down_kills_a_process_that_ignores_sigterm_and_says_what_it_was_doing(tmp_path):
+    """A hung shutdown is a defect to explain, so `down` must leave the evidence: the process it had
+    to kill, named, and the stack of every thread of it (from its own log, where it wrote them)."""
+    assert not network.namespaces(), f"a cluster is up ({network.namespaces()}): make cluster-down first"
+    log = tmp_path / "hosts" / "airflow" / "logs" / "stuck.log"
+    log.parent.mkdir(parents=True)
+    subprocess.run(["ip", "netns", "add", "hvd-probe"], check=True)
+    try:
+        with log.open("wb") as out:
+            proc = subprocess.Popen(["ip", "netns", "exec", "hvd-probe", sys.executable, "-c", STUCK],
+                                    env={**base_env(), "PATH": os.environ["PATH"]}, stdout=out,
+                                    stderr=subprocess.STDOUT, cwd=tmp_path)
+        deadline = time.monotonic() + 30
+        while "ready" not in log.read_text() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        lines = Cluster(tmp_path).down(grace=1)
+    finally:
+        network.destroy(grace=1)
+    assert proc.wait(10) != 0
+    killed = [line for line in lines if not line.startswith("stacks written")]
+    assert len(killed) == 1 and killed[0].startswith("hvd-probe: ") and "SIG_IGN" in killed[0], lines
+    stacks = [line for line in lines if line.startswith("stacks written")]
+    assert len(stacks) == 1 and str(log) in stacks[0], lines
+    assert "in wait_for_a_peer_that_never_answers" in stacks[0] and "Current thread" in stacks[0], stacks[0]
+    assert not network.namespaces() and not list(tmp_path.glob("core*"))
