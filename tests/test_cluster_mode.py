@@ -258,6 +258,20 @@ def trigger_and_wait(airflow, dag_id: str, markers, ti_state: str) -> str:
     raise AssertionError(f"{dag_id}: never {ti_state} with both ranks running: {state}")
 
 
+def wait_for_log(logs: Path, pattern: str, text: str, count: int = 1, timeout: float = 240) -> str:
+    """The newest of the ``count`` or more Airflow log files ``pattern`` names under ``logs`` once it
+    holds ``text``."""
+    deadline = time.monotonic() + timeout
+    found: list[Path] = []
+    while time.monotonic() < deadline:
+        found = sorted(logs.glob(pattern), key=lambda f: f.stat().st_mtime)
+        if len(found) >= count and text in found[-1].read_text(errors="replace"):
+            return found[-1].read_text(errors="replace")
+        time.sleep(0.5)
+    raise AssertionError(f"no {pattern} ({count} expected, {len(found)} there) said {text!r} within {timeout} s: "
+                         f"{found[-1].read_text(errors='replace')[-3000:] if found else ''}")
+
+
 def task_processes() -> list[psutil.Process]:
     """The processes that run a task: Airflow's task runner titles itself "airflow worker -- <ti id>";
     the LocalExecutor's workers, which supervise them, "airflow worker -- LocalExecutor: ..."."""
@@ -278,13 +292,20 @@ def test_a_retry_attaches_to_the_driver_its_earlier_try_left_running(tmp_path, c
     record = fault("The Airflow worker running a training task dies (SIGKILL) while its driver runs on the cluster",
                    "the retry attaches to the running driver: one training, rank 0's value in try 2")
     home = tmp_path / "airflow"
-    with deployed_airflow(tmp_path, cluster, s3_bucket, HVD_TEST_SECONDS="40") as airflow:
+    release = tmp_path / "release"  # the ranks train until it exists (300 s at most)
+    with deployed_airflow(tmp_path, cluster, s3_bucket, HVD_TEST_SECONDS="300", HVD_TEST_RELEASE=str(release)) \
+            as airflow:
         ti_path = trigger_and_wait(airflow, "hvd_reattach", tmp_path, "running")
         victims = task_processes()
         assert len(victims) == 1, [p.info["cmdline"] for p in victims]
         record.start()
         victims[0].kill()
         assert len(rank_processes()) == 2  # training goes on without its task
+        # Try 2 must find the driver still training; once it has, the training may end.
+        wait_for_log(home / "logs" / "dag_id=hvd_reattach", "run_id=*/task_id=train/attempt=2.log",
+                     "is still RUNNING: attaching to it")
+        assert len(rank_processes()) == 2
+        release.touch()
         runs = airflow.wait_for_runs("hvd_reattach", 1, timeout=300)
         ti = airflow.api("GET", ti_path)
         xcom = airflow.api("GET", f"{ti_path}/xcomEntries/return_value")
@@ -313,7 +334,9 @@ def test_a_deferred_training_survives_the_airflow_side_being_killed_and_ends_whe
     record = fault("The scheduler (with its task workers) and the triggerer die while a deferred training runs",
                    "once restarted, the trigger follows the same driver; the task completes, no second training")
     home = tmp_path / "airflow"
-    with deployed_airflow(tmp_path, cluster, s3_bucket, HVD_TEST_DEFERRABLE="1", HVD_TEST_SECONDS="45") as airflow:
+    release = tmp_path / "release"  # the ranks train until it exists (300 s at most)
+    with deployed_airflow(tmp_path, cluster, s3_bucket, HVD_TEST_DEFERRABLE="1", HVD_TEST_SECONDS="300",
+                          HVD_TEST_RELEASE=str(release)) as airflow:
         ti_path = trigger_and_wait(airflow, "hvd_key_secrecy", tmp_path, "deferred")
         record.start()
         airflow.kill("scheduler")
@@ -322,6 +345,11 @@ def test_a_deferred_training_survives_the_airflow_side_being_killed_and_ends_whe
         time.sleep(5)
         airflow.start("triggerer")
         airflow.start("scheduler")
+        # The restarted triggerer must pick the same driver up while it trains; then the training may end.
+        wait_for_log(home / "logs" / "dag_id=hvd_key_secrecy", "run_id=*/task_id=train/attempt=1.log.trigger.*",
+                     ": RUNNING", count=2)
+        assert len(rank_processes()) == 2
+        release.touch()
         runs = airflow.wait_for_runs("hvd_key_secrecy", 1, timeout=300)
         ti = airflow.api("GET", ti_path)
         xcom = airflow.api("GET", f"{ti_path}/xcomEntries/return_value")
@@ -333,6 +361,7 @@ def test_a_deferred_training_survives_the_airflow_side_being_killed_and_ends_whe
                        "the trigger kills the driver through the master: no rank, orted or driver within 10 s")
         for marker in tmp_path.glob("rank-*.pid"):
             marker.unlink()
+        release.unlink()  # this one trains until it is killed
         second = trigger_and_wait(airflow, "hvd_key_secrecy", tmp_path, "deferred")
         second_driver = airflow.api("GET", f"{second}/xcomEntries/spark_driver_id")["value"]
         killed.start()

@@ -15,7 +15,7 @@ from airflow.sdk import dag
 from airflow_provider_hvd.operators.horovod_runner import HorovodRunnerOperator
 
 
-def allreduce_for_a_while(marker_dir, seconds=6.0):
+def allreduce_for_a_while(marker_dir, seconds=6.0, release=None):
     import os
     import pathlib
     import time
@@ -26,10 +26,14 @@ def allreduce_for_a_while(marker_dir, seconds=6.0):
     hvd.init()
     pathlib.Path(marker_dir, f"rank-{hvd.rank()}.pid").write_text(str(os.getpid()))
     steps, end = 0, time.monotonic() + seconds
-    # Long enough for the test to read every process and the Spark UI. The ranks agree on when to stop
-    # (the minimum of their "go on" flags): a rank stopping by its own clock left the other in an
-    # allreduce with nobody ("Horovod has been shut down", once in a clean-clone run).
-    while hvd.allreduce(torch.tensor([float(time.monotonic() < end)]), op=hvd.Min).item():
+    # Long enough for the test to read every process and the Spark UI; or, with ``release``, until the
+    # test has seen what it waits for and creates that file (``seconds`` then only bounds it). The ranks
+    # agree on when to stop (the minimum of their "go on" flags): a rank stopping by its own clock left
+    # the other in an allreduce with nobody ("Horovod has been shut down", once in a clean-clone run).
+    def go_on():
+        return time.monotonic() < end and not (release and os.path.exists(release))
+
+    while hvd.allreduce(torch.tensor([float(go_on())]), op=hvd.Min).item():
         hvd.allreduce(torch.ones(4), op=hvd.Sum)
         steps += 1
         time.sleep(0.1)
@@ -43,7 +47,8 @@ def hvd_key_secrecy():
         task_id="train", python_callable=allreduce_for_a_while, np=int(os.environ.get("HVD_TEST_NP", "2")),
         slot_wait_timeout=os.environ.get("HVD_TEST_SLOT_WAIT") or None,
         op_kwargs={"marker_dir": os.environ.get("HVD_TEST_MARKERS", "/tmp"),
-                   "seconds": float(os.environ.get("HVD_TEST_SECONDS", "6"))},
+                   "seconds": float(os.environ.get("HVD_TEST_SECONDS", "6")),
+                   "release": os.environ.get("HVD_TEST_RELEASE")},
         spark_conn_id=os.environ.get("HVD_TEST_SPARK_CONN", "spark_default"),
         deploy_mode=os.environ.get("HVD_TEST_DEPLOY_MODE") or None,
         deferrable=os.environ.get("HVD_TEST_DEFERRABLE") == "1",
@@ -65,7 +70,8 @@ def hvd_reattach():
     HorovodRunnerOperator(
         task_id="train", python_callable=allreduce_for_a_while, np=2, retries=1, retry_delay=timedelta(seconds=1),
         op_kwargs={"marker_dir": os.environ.get("HVD_TEST_MARKERS", "/tmp"),
-                   "seconds": float(os.environ.get("HVD_TEST_SECONDS", "6"))},
+                   "seconds": float(os.environ.get("HVD_TEST_SECONDS", "6")),
+                   "release": os.environ.get("HVD_TEST_RELEASE")},
         spark_conn_id=os.environ.get("HVD_TEST_SPARK_CONN", "spark_default"),
         deploy_mode=os.environ.get("HVD_TEST_DEPLOY_MODE") or None, deferrable=False)
 
