@@ -91,6 +91,22 @@ REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 AIRFLOW = os.path.join(os.path.dirname(sys.executable), "airflow")
 
 
+def source_tree_copy(dest) -> str:
+    """The repository's files (tracked, and new ones git does not ignore) copied to ``dest``, for
+    `python -m build`: building in the checkout writes its egg-info and build/ there, where another
+    build (CI sets the TensorFlow environment up while these tests run) may be writing them too."""
+    import shutil
+
+    listed = subprocess.run(["git", "-C", REPO, "ls-files", "-z", "--cached", "--others", "--exclude-standard"],
+                            capture_output=True, check=True).stdout.decode().split("\0")
+    for name in filter(None, listed):
+        source = os.path.join(REPO, name)
+        if os.path.isfile(source):  # a tracked file deleted in the working tree is not there to copy
+            os.makedirs(os.path.dirname(os.path.join(dest, name)), exist_ok=True)
+            shutil.copy2(source, os.path.join(dest, name))
+    return str(dest)
+
+
 # The embedded default's spark_default, as scripts/demo.sh sets it: Spark local[*] on this machine.
 LOCAL_SPARK_CONNECTION = '{"conn_type": "spark", "host": "local[*]"}'
 

@@ -17,7 +17,7 @@ import time
 from pathlib import Path
 
 import pytest
-from conftest import assert_no_run_processes, user_env
+from conftest import assert_no_run_processes, source_tree_copy, user_env
 from spark_cluster import StandaloneCluster
 
 REPO = Path(__file__).resolve().parent.parent
@@ -116,7 +116,7 @@ def installed(tmp_path_factory):
     root = tmp_path_factory.mktemp("user")
     dist = root / "dist"
     t0 = time.monotonic()
-    run([sys.executable, "-m", "build", "--outdir", dist, REPO], cwd=root)
+    run([sys.executable, "-m", "build", "--outdir", dist, source_tree_copy(root / "source")], cwd=root)
     wheels, sdists = list(dist.glob("*.whl")), list(dist.glob("*.tar.gz"))
     assert len(wheels) == 1 and len(sdists) == 1, list(dist.iterdir())
     horovod_wheel = (Path(sys.prefix) / ".horovod-wheel").read_text().strip()
@@ -137,7 +137,10 @@ def installed(tmp_path_factory):
     run([Path(sys.executable).parent / "venv-pack", "-p", env, "-o", archive, "--compress-level", "0", "-q",
          "--exclude", "lib/python3.*/site-packages/pyspark/jars/*"])
     t_pack = time.monotonic()
-    run([*pip, f"{wheels[0]}[airflow]"], env=user_env())
+    # uv: the same resolution from the same index, in seconds where pip took most of a minute for
+    # Airflow's few hundred requirements (torch above stays pip's: this machine's CPU wheel is pip's).
+    uv = [Path(sys.executable).parent / "uv", "pip", "install", "-q", "-p", env / "bin" / "python", "-c", constraints]
+    run([*uv, f"{wheels[0]}[airflow]"], env=user_env())
     print(f"build + install {t_install - t0:.0f} s, pack {t_pack - t_install:.0f} s "
           f"({archive.stat().st_size >> 20} MiB), airflow extra {time.monotonic() - t_pack:.0f} s")
     yield {"root": root, "python": env / "bin" / "python", "bin": env / "bin", "wheel": wheels[0],
