@@ -5,13 +5,18 @@ PY := .venv/bin/python
 TF_VENV := .venv-tf
 PYTEST_ARGS ?=
 
-.PHONY: setup setup-tensorflow test test-tensorflow faults demo bench cluster cluster-down clean
+.PHONY: setup setup-tensorflow prepare-tensorflow test test-tensorflow faults demo bench cluster cluster-down clean
 
 setup:
 	scripts/setup.sh
 
 setup-tensorflow:
 	VENV=$(TF_VENV) HVD_FLAVOUR=tensorflow HVD_EXTRAS=airflow,examples,test scripts/setup.sh
+
+# Its slow part alone (TensorFlow and horovod's TensorFlow build into .venv-tf); .ci/run runs it
+# at the lowest CPU priority while `make test` runs.
+prepare-tensorflow:
+	VENV=$(TF_VENV) HVD_FLAVOUR=tensorflow HVD_EXTRAS=airflow,examples,test HVD_PREPARE_ONLY=1 scripts/setup.sh
 
 # The test command the README gives and CI runs.
 test: setup

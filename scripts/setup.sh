@@ -17,6 +17,9 @@
 #                               `make test-tensorflow` uses VENV=.venv-tf HVD_FLAVOUR=tensorflow)
 #   HVD_GPU_OPERATIONS=NCCL     build horovod for GPUs (docker/'s GPU workers)
 #   TORCH_INDEX_URL=...         take torch from this index (docker/'s CPU images: the CPU wheel)
+#   HVD_PREPARE_ONLY=1          stop once the packages and horovod are in $VENV: the slow part,
+#                               which writes nothing in the checkout (CI prepares the TensorFlow
+#                               environment so while the main tests run; a later run finishes it)
 set -euo pipefail
 
 repo=$(cd "$(dirname "$0")/.." && pwd)
@@ -98,6 +101,12 @@ stamp="$VENV/.horovod-wheel"
 if [ "$installed" != "$horovod_pin" ] || [ "$(cat "$stamp" 2>/dev/null)" != "$wheel" ]; then
     pip_q --force-reinstall --no-deps "$wheel" || fail "pip could not install $wheel"
     echo "$wheel" > "$stamp"
+fi
+if [ "${HVD_PREPARE_ONLY:-0}" = 1 ]; then
+    # What follows writes into the checkout (the editable install's egg-info) and runs Spark.
+    step_name=""
+    echo "==> [setup] prepared: $VENV holds its packages and horovod; run the set-up again to finish it"
+    exit 0
 fi
 
 extras=${HVD_EXTRAS:-airflow,examples,bench,test}
