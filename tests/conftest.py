@@ -22,6 +22,12 @@ cloudpickle.register_pickle_by_value(tf_rank_functions)
 # first real interface; every test keeps its traffic on loopback. A test's own hosts (a standalone
 # cluster's workers on 127.0.0.2/3, localcluster's namespaces) set their own.
 os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+# Every JVM the tests start (Spark's local gateways, standalone masters, workers and executors,
+# spark-submit) with the quick start the operator already gives its own driver and executors
+# (utils/jvm_options.py): they live seconds, and C2's compiler threads took CPU the tests wait on
+# (test_runner_barrier + test_runner_local: 128 s -> 110 s on this 2-core machine). Each JVM says
+# "Picked up JAVA_TOOL_OPTIONS" on its stderr. user_env() drops it: a user's shell has none.
+os.environ.setdefault("JAVA_TOOL_OPTIONS", "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC")
 
 RANK_MARKER = "airflow_provider_hvd.runner.rank.main"
 RSH_AGENT_MARKER = "airflow_provider_hvd.runner.task.rsh_agent"
@@ -54,7 +60,7 @@ def assert_no_run_processes(timeout=10.0):
 def user_env(**extra):
     """The environment a user's shell has: none of the Spark/Python settings a test run may carry."""
     env = {k: v for k, v in os.environ.items()
-           if not k.startswith(("PYSPARK_", "SPARK_", "PYTHON", "AIRFLOW", "HVD_", "VIRTUAL_ENV"))}
+           if not k.startswith(("PYSPARK_", "SPARK_", "PYTHON", "AIRFLOW", "HVD_", "VIRTUAL_ENV", "JAVA_TOOL_OPTIONS"))}
     return {**env, **extra}
 
 
