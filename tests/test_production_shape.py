@@ -340,7 +340,12 @@ import urllib.request
 print(urllib.request.urlopen("http://spark-master:{SPARK_UI_PORT}/json/", timeout=5).read().decode())"""))
     assert apps["activeapps"] == [], apps["activeapps"]
     # The sensor beside it would wait for artifacts that never come: the user ends the run too.
-    states = task_states(api, "hvd_mnist_pytorch", run_id)
+    # evaluate turns upstream_failed at the scheduler's next look at the run, not with the PATCH: read
+    # at once (0.3 s after the mark, once the processes went that fast) it was still None.
+    deadline = time.monotonic() + 30
+    while (states := task_states(api, "hvd_mnist_pytorch", run_id))["evaluate"] is None \
+            and time.monotonic() < deadline:
+        time.sleep(0.5)
     assert states["train"] == "failed" and states["evaluate"] == "upstream_failed", states
     api.api("PATCH", f"/dags/hvd_mnist_pytorch/dagRuns/{run_id}", {"state": "failed"})
     # The task's log says why it ended (written once its supervisor has seen the task process go).
