@@ -179,22 +179,21 @@ def _abort_python_survivors(names: list[str], wait: float = 3.0) -> None:
             aborted.append(pid)
     deadline = time.monotonic() + wait
     while aborted and time.monotonic() < deadline:
-        aborted = [pid for pid in aborted if Path(f"/proc/{pid}").exists() and _state(pid) != "Z"]
+        aborted = [pid for pid in aborted if _stat(pid)[:1] not in ([], ["Z"])]  # gone, or a zombie
         time.sleep(0.1)
 
 
-def _state(pid: int) -> str:
+def _stat(pid: int) -> list[str]:
+    """/proc/<pid>/stat's fields after the command name (state, parent, ...); [] once it is gone."""
     try:
-        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
     except (OSError, IndexError):
-        return "?"
+        return []
 
 
 def _parent(pid: int) -> int | None:
-    try:
-        return int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1])
-    except (OSError, IndexError, ValueError):
-        return None
+    fields = _stat(pid)
+    return int(fields[1]) if len(fields) > 1 else None
 
 
 def _signal(pid: int, sig: int) -> None:
