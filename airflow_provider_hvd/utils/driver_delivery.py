@@ -52,6 +52,7 @@ from dataclasses import dataclass, field
 
 from airflow_provider_hvd.runner import spark_app
 from airflow_provider_hvd.runner.spark_app import KEY_FOLDER_PREFIX, SIGNING_KEY_ENV, SIGNING_KEY_FILE_ENV
+from airflow_provider_hvd.utils.pyspark_location import pyspark_dir
 
 log = logging.getLogger(__name__)
 
@@ -196,9 +197,7 @@ def submit_environment(key: bytes, delivery: DriverDelivery) -> dict[str, str]:
 def spark_core_jar() -> str:
     """A jar every Spark host has, as standalone cluster mode's primary resource: spark-core's, at the
     path this pyspark has it (the training image and the Airflow image install the same pyspark)."""
-    import pyspark
-
-    found = sorted(glob.glob(os.path.join(os.path.dirname(pyspark.__file__), "jars", "spark-core_*.jar")))
+    found = sorted(glob.glob(os.path.join(pyspark_dir(), "jars", "spark-core_*.jar")))
     if not found:
         raise ValueError("deploy_mode 'cluster' on a standalone master needs a Spark jar as the primary resource "
                          "and this pyspark has no jars/spark-core_*.jar: set the horovod connection's "

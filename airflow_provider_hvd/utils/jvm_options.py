@@ -24,6 +24,8 @@ from __future__ import annotations
 import os
 import re
 
+from airflow_provider_hvd.utils.pyspark_location import pyspark_dir
+
 DRIVER = "spark.driver.extraJavaOptions"
 SUBMIT_OPTS = "SPARK_SUBMIT_OPTS"
 EXECUTOR = "spark.executor.extraJavaOptions"
@@ -45,11 +47,7 @@ def spark_defaults() -> dict[str, str]:
     (``$SPARK_CONF_DIR``, else ``$SPARK_HOME/conf``, else pyspark's own ``conf``); empty when none."""
     conf_dir = os.environ.get("SPARK_CONF_DIR")
     if not conf_dir:
-        home = os.environ.get("SPARK_HOME")
-        if not home:
-            import pyspark
-
-            home = os.path.dirname(pyspark.__file__)
+        home = os.environ.get("SPARK_HOME") or pyspark_dir()
         conf_dir = os.path.join(home, "conf")
     try:
         with open(os.path.join(conf_dir, "spark-defaults.conf")) as f:
