@@ -12,7 +12,12 @@ def test_the_tail_reads_every_line_once_in_order_and_lines_split_across_chunks_c
     shipper = LogShipper(url, interval=3600).start()  # shipped by hand below, not by the thread
     tail = LogTail(url)
     try:
-        assert tail.heartbeat() is not None  # beaten at start: the follower knows the driver lives
+        # Beaten at start (from the shipper's thread): the follower soon knows the driver lives.
+        deadline = time.monotonic() + 10
+        while tail.heartbeat() is None and time.monotonic() < deadline:
+            time.sleep(0.01)
+        beat = tail.heartbeat()
+        assert beat is not None and beat["chunks"] == 0, beat
         print("rank 0: epoch 1")
         sys.stdout.write("rank 1: half a li")
         shipper.ship()
