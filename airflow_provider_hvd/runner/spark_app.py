@@ -221,14 +221,15 @@ def main(argv: list[str] | None = None) -> int:
         print(f"HorovodRunner application failed: {type(exc).__name__}: {exc}", file=sys.stderr, flush=True)
         return code
     finally:
+        if shipper is not None:
+            # The heartbeat's exit code tells a follower that the result (or error) is there and the
+            # output complete: said before the SparkContext stops (0.1 s or more, executors released),
+            # which the follower need not wait for, and long before the master sees this driver end.
+            shipper.close(exit_code=code)
         if sc is not None:
             # The JVM's context only: pyspark's stop() then waits 0.9 s for its accumulator server,
             # a thread that os._exit (this process's last step) ends anyway.
             pyspark_internals.stop_jvm_context(sc)
-        if shipper is not None:
-            # Last: the heartbeat's exit code tells a follower that the result (or error) is there
-            # and the output complete, before the master sees this driver end.
-            shipper.close(exit_code=code)
 
 
 if __name__ == "__main__":
