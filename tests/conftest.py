@@ -113,6 +113,19 @@ def source_tree_copy(dest) -> str:
     return str(dest)
 
 
+@pytest.fixture(scope="session")
+def built_distributions(tmp_path_factory):
+    """The package's sdist and wheel, as `python -m build` makes them from the source tree, built once
+    for the tests that install it (test_packaging, test_provider_install)."""
+    root = tmp_path_factory.mktemp("build")
+    dist = root / "dist"
+    done = subprocess.run([sys.executable, "-m", "build", "--outdir", dist, source_tree_copy(root / "source")],
+                          cwd=root, capture_output=True, text=True, timeout=900)
+    assert done.returncode == 0, f"python -m build failed:\n{done.stdout[-3000:]}\n{done.stderr[-5000:]}"
+    (wheel,), (sdist,) = list(dist.glob("*.whl")), list(dist.glob("*.tar.gz"))
+    return {"wheel": wheel, "sdist": sdist}
+
+
 # The embedded default's spark_default, as scripts/demo.sh sets it: Spark local[*] on this machine.
 LOCAL_SPARK_CONNECTION = '{"conn_type": "spark", "host": "local[*]"}'
 

@@ -17,7 +17,7 @@ import time
 from pathlib import Path
 
 import pytest
-from conftest import assert_no_run_processes, source_tree_copy, user_env
+from conftest import assert_no_run_processes, user_env
 from spark_cluster import StandaloneCluster
 
 REPO = Path(__file__).resolve().parent.parent
@@ -110,15 +110,12 @@ def run(cmd, timeout=900, **kwargs):
 
 
 @pytest.fixture(scope="module")
-def installed(tmp_path_factory):
+def installed(tmp_path_factory, built_distributions):
     """sdist + wheel built; a fresh venv with the wheel and horovod; that venv packed for
     spark.archives; then the Airflow extra added to it for the DAG test."""
     root = tmp_path_factory.mktemp("user")
-    dist = root / "dist"
+    wheel = built_distributions["wheel"]
     t0 = time.monotonic()
-    run([sys.executable, "-m", "build", "--outdir", dist, source_tree_copy(root / "source")], cwd=root)
-    wheels, sdists = list(dist.glob("*.whl")), list(dist.glob("*.tar.gz"))
-    assert len(wheels) == 1 and len(sdists) == 1, list(dist.iterdir())
     horovod_wheel = (Path(sys.prefix) / ".horovod-wheel").read_text().strip()
     env = root / "env"
     # --copies: Hadoop's unpacker refuses an archive whose bin/python links outside it.
@@ -128,7 +125,7 @@ def installed(tmp_path_factory):
     constraints = root / "constraints.txt"
     constraints.write_text(run([sys.executable, REPO / "scripts" / "versions.py", "constraints"]).stdout)
     pip = [env / "bin" / "python", "-m", "pip", "install", "-q", "--disable-pip-version-check", "-c", constraints]
-    run([*pip, f"{wheels[0]}[training]", horovod_wheel], env=user_env())
+    run([*pip, f"{wheel}[training]", horovod_wheel], env=user_env())
     t_install = time.monotonic()
     archive = root / "environment.tar.gz"
     # Workers take pyspark from Spark itself, so its 450 MB of jars can stay behind; level 0
@@ -140,11 +137,11 @@ def installed(tmp_path_factory):
     # uv: the same resolution from the same index, in seconds where pip took most of a minute for
     # Airflow's few hundred requirements (torch above stays pip's: this machine's CPU wheel is pip's).
     uv = [Path(sys.executable).parent / "uv", "pip", "install", "-q", "-p", env / "bin" / "python", "-c", constraints]
-    run([*uv, f"{wheels[0]}[airflow]"], env=user_env())
+    run([*uv, f"{wheel}[airflow]"], env=user_env())
     print(f"build + install {t_install - t0:.0f} s, pack {t_pack - t_install:.0f} s "
           f"({archive.stat().st_size >> 20} MiB), airflow extra {time.monotonic() - t_pack:.0f} s")
-    yield {"root": root, "python": env / "bin" / "python", "bin": env / "bin", "wheel": wheels[0],
-           "sdist": sdists[0], "archive": archive}
+    yield {"root": root, "python": env / "bin" / "python", "bin": env / "bin", "wheel": wheel,
+           "sdist": built_distributions["sdist"], "archive": archive}
     shutil.rmtree(root, ignore_errors=True)  # 3 GB; pytest would keep it for three sessions
 
 

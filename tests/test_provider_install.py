@@ -19,7 +19,7 @@ import tomllib
 from pathlib import Path
 
 import pytest
-from conftest import LOCAL_SPARK_CONNECTION, assert_no_run_processes, source_tree_copy, user_env
+from conftest import LOCAL_SPARK_CONNECTION, assert_no_run_processes, user_env
 
 REPO = Path(__file__).resolve().parent.parent
 UV = Path(sys.executable).parent / "uv"
@@ -54,12 +54,8 @@ def json_list(output: str) -> list:
 
 
 @pytest.fixture(scope="module")
-def wheel(tmp_path_factory):
-    dist = tmp_path_factory.mktemp("dist")
-    source = source_tree_copy(tmp_path_factory.mktemp("source"))
-    run([sys.executable, "-m", "build", "--wheel", "--outdir", dist, source], cwd=dist)
-    (found,) = dist.glob("*.whl")
-    return found
+def wheel(built_distributions):
+    return built_distributions["wheel"]
 
 
 @pytest.mark.parametrize("which", ["oldest", "newest"])
