@@ -17,6 +17,7 @@ import glob
 import json
 import os
 import pwd
+import re
 import secrets
 import shutil
 import signal
@@ -317,16 +318,29 @@ class Cluster:
         (network.destroy aborts them with faulthandler on), each dump under its log's path."""
         found = []
         for log in sorted((self.state / "hosts").glob("*/logs/*.log")):
-            lines = log.read_text(errors="replace").splitlines()
-            for i, line in enumerate(lines):
-                if line.startswith("Fatal Python error: Aborted"):
-                    dump = []
-                    for entry in lines[i + 1:i + 1 + most]:
-                        if entry.startswith("Extension modules:"):
-                            break
-                        dump.append(entry)
-                    found.append(f"stacks written on SIGABRT, {log}:\n" + "\n".join(dump))
+            # A dump is a run of thread stacks (each opening with "Thread 0x..." or, for the thread
+            # the signal interrupted, "Current thread 0x..."), found by those lines and not by the
+            # "Fatal Python error: Aborted" header: processes aborted together (a scheduler and its
+            # forked workers share one log) write at once, and their headers come out interleaved
+            # ("Fatal Python error: Fatal Python error: Aborted", a bare "Aborted").
+            dumps: list[list[str]] = []
+            inside = False
+            for line in log.read_text(errors="replace").splitlines():
+                opens = THREAD_STACK.match(line)
+                if opens and (not inside or (opens.group(1) == "Current thread"
+                                             and any(x.startswith("Current thread") for x in dumps[-1]))):
+                    dumps.append([])
+                    inside = True
+                elif inside and not (opens or line.startswith("  File ") or not line.strip()):
+                    inside = False
+                if inside and len(dumps[-1]) < most:
+                    dumps[-1].append(line)
+            found += [f"stacks written on SIGABRT, {log}:\n" + "\n".join(dump).rstrip() for dump in dumps]
         return found
+
+
+# The first line of each thread's stack in a faulthandler dump.
+THREAD_STACK = re.compile(r"(Current thread|Thread) 0x[0-9a-f]+ \(most recent call first\):$")
 
 
 def free_port() -> int:

@@ -51,3 +51,44 @@ def test_down_kills_a_process_that_ignores_sigterm_and_says_what_it_was_doing(tm
     assert len(stacks) == 1 and str(log) in stacks[0], lines
     assert "in wait_for_a_peer_that_never_answers" in stacks[0] and "Current thread" in stacks[0], stacks[0]
     assert not network.namespaces() and not list(tmp_path.glob("core*"))
+
+
+# A service and a worker it forked, both stuck, writing to one log (Airflow's scheduler and its
+# LocalExecutor workers): aborted together, their dumps' headers come out interleaved.
+STUCK_WITH_A_FORKED_WORKER = """
+import os, signal, time
+signal.signal(signal.SIGTERM, signal.SIG_IGN)
+def worker_waits_for_a_pill_that_never_comes():
+    time.sleep(600)
+def service_joins_its_worker():
+    os.waitpid(pid, 0)
+pid = os.fork()
+if pid == 0:
+    worker_waits_for_a_pill_that_never_comes()
+print("ready", flush=True)
+service_joins_its_worker()
+"""
+
+
+def test_down_shows_the_stacks_of_every_process_it_killed_that_shared_a_log(tmp_path):
+    assert not network.namespaces(), f"a cluster is up ({network.namespaces()}): make cluster-down first"
+    log = tmp_path / "hosts" / "airflow" / "logs" / "scheduler.log"
+    log.parent.mkdir(parents=True)
+    subprocess.run(["ip", "netns", "add", "hvd-probe"], check=True)
+    try:
+        with log.open("wb") as out:
+            proc = subprocess.Popen(["ip", "netns", "exec", "hvd-probe", sys.executable, "-c",
+                                     STUCK_WITH_A_FORKED_WORKER], env={**base_env(), "PATH": os.environ["PATH"]},
+                                    stdout=out, stderr=subprocess.STDOUT, cwd=tmp_path)
+        deadline = time.monotonic() + 30
+        while "ready" not in log.read_text() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        lines = Cluster(tmp_path).down(grace=1)
+    finally:
+        network.destroy(grace=1)
+    proc.wait(10)
+    killed = [line for line in lines if not line.startswith("stacks written")]
+    assert len(killed) == 2, lines
+    stacks = "\n".join(line for line in lines if line.startswith("stacks written"))
+    assert "in worker_waits_for_a_pill_that_never_comes" in stacks and "in service_joins_its_worker" in stacks, \
+        log.read_text()
