@@ -17,6 +17,7 @@ import sys
 import time
 import urllib.error
 import urllib.request
+import warnings
 from pathlib import Path
 
 import psutil
@@ -31,6 +32,52 @@ from localcluster.topology import SPARK_UI_PORT
 REPO = Path(__file__).resolve().parent.parent
 
 pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="network and mount namespaces need root")
+
+
+# What `localcluster down` had to kill when Airflow 3.3.2's scheduler hangs in LocalExecutor.end(): the
+# scheduler, its log server and LocalExecutor workers, each idle (seen in 2 of about 8 clean-clone runs).
+AIRFLOW_SCHEDULER_PROCESSES = re.compile(r"had to SIGKILL hvd-airflow: (\S*/)?(python \S*/)?airflow (scheduler|serve-logs"
+                                         r"|worker -- LocalExecutor: <idle>)\s*$")
+
+
+def airflow_local_executor_hang(down: str) -> bool:
+    """Whether `down` killed only the Airflow scheduler's own processes, and their stacks (written on
+    SIGABRT) show the scheduler joining a LocalExecutor worker that waits, idle, for its next workload:
+    Airflow's bug (end() puts one poison pill per live worker and joins each without a timeout; one
+    worker never gets its pill), not ours. Anything else `down` had to kill is a defect here."""
+    killed = [line for line in down.splitlines() if line.startswith("had to SIGKILL")]
+    return (bool(killed) and all(AIRFLOW_SCHEDULER_PROCESSES.match(line) for line in killed)
+            and any("<idle>" in line for line in killed)
+            and re.search(r"local_executor\.py\", line \d+ in end\n", down) is not None
+            and re.search(r"queues\.py\", line \d+ in get\n\s*File \"[^\"]*local_executor\.py\", line \d+ in "
+                          r"_run_worker", down) is not None)
+
+
+# `localcluster down`'s output when it met that hang (a clean-clone run of 2026-12-05, frames shortened).
+HUNG_SCHEDULER_DOWN = """had to SIGKILL hvd-airflow: /ci/.venv/bin/python /ci/.venv/bin/airflow scheduler
+had to SIGKILL hvd-airflow: airflow serve-logs
+had to SIGKILL hvd-airflow: airflow worker -- LocalExecutor: <idle>
+stacks written on SIGABRT, /state/hosts/airflow/logs/scheduler.log:
+Current thread 0x00007f1e4ba75b80 (most recent call first):
+  File "/py/lib/python3.11/multiprocessing/connection.py", line 395 in _recv
+  File "/py/lib/python3.11/multiprocessing/queues.py", line 365 in get
+  File "/ci/.venv/lib/python3.11/site-packages/airflow/executors/local_executor.py", line 81 in _run_worker
+stacks written on SIGABRT, /state/hosts/airflow/logs/scheduler.log:
+Current thread 0x00007f1e4ba75b80 (most recent call first):
+  File "/py/lib/python3.11/multiprocessing/process.py", line 149 in join
+  File "/ci/.venv/lib/python3.11/site-packages/airflow/executors/local_executor.py", line 268 in end
+cluster down: no process, namespace or mount left
+"""
+
+
+def test_only_airflows_own_shutdown_hang_is_let_through_and_anything_else_killed_fails():
+    assert airflow_local_executor_hang(HUNG_SCHEDULER_DOWN)
+    rank_too = HUNG_SCHEDULER_DOWN.replace("had to SIGKILL hvd-airflow: airflow serve-logs",
+                                           "had to SIGKILL hvd-spark-worker-1: python -m airflow_provider_hvd rank")
+    busy = HUNG_SCHEDULER_DOWN.replace("LocalExecutor: <idle>", "LocalExecutor: train")
+    no_evidence = "\n".join(line for line in HUNG_SCHEDULER_DOWN.splitlines() if line.startswith("had to"))
+    elsewhere = HUNG_SCHEDULER_DOWN.replace("in end\n", "in heartbeat\n")
+    assert not any(map(airflow_local_executor_hang, (rank_too, busy, no_evidence, elsewhere, "cluster down: ok")))
 
 
 def localcluster(state: Path, *args: str, timeout: float = 600) -> str:
@@ -60,7 +107,12 @@ def deployment(tmp_path_factory):
         yield {"state": state, "api": client, "api_port": port, "started_s": started, "login": login}
     finally:
         down = localcluster(state, "down")
-        assert "had to SIGKILL" not in down, down
+        if airflow_local_executor_hang(down):
+            warnings.warn("Airflow's scheduler hung at shutdown in LocalExecutor.end(), joining an idle worker "
+                          "that never got its poison pill (apache/airflow#45683; docs/deploy.md): `localcluster "
+                          "down` killed it, as a service manager's stop timeout would. Its evidence:\n" + down)
+        else:
+            assert "had to SIGKILL" not in down, down
         # Nothing left: no namespace, no process of any host, no port, no mount.
         assert network.namespaces() == []
         assert not [p for p in psutil.process_iter(["cmdline"]) if str(state) in " ".join(p.info["cmdline"] or [])]
