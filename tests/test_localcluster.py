@@ -26,16 +26,16 @@ time.sleep(600)
 """
 
 
-def test_down_kills_a_process_that_ignores_sigterm_and_says_what_it_was_doing(tmp_path):
-    """A hung shutdown is a defect to explain, so `down` must leave the evidence: the process it had
-    to kill, named, and the stack of every thread of it (from its own log, where it wrote them)."""
+def run_in_a_namespace_then_down(tmp_path, script: str, log_name: str):
+    """``script`` run in namespace hvd-probe, its output in a service log of host "airflow"; once it
+    printed "ready", `down` (1 s of grace). The process, what `down` said, and the log's path."""
     assert not network.namespaces(), f"a cluster is up ({network.namespaces()}): make cluster-down first"
-    log = tmp_path / "hosts" / "airflow" / "logs" / "stuck.log"
+    log = tmp_path / "hosts" / "airflow" / "logs" / log_name
     log.parent.mkdir(parents=True)
     subprocess.run(["ip", "netns", "add", "hvd-probe"], check=True)
     try:
         with log.open("wb") as out:
-            proc = subprocess.Popen(["ip", "netns", "exec", "hvd-probe", sys.executable, "-c", STUCK],
+            proc = subprocess.Popen(["ip", "netns", "exec", "hvd-probe", sys.executable, "-c", script],
                                     env={**base_env(), "PATH": os.environ["PATH"]}, stdout=out,
                                     stderr=subprocess.STDOUT, cwd=tmp_path)
         deadline = time.monotonic() + 30
@@ -44,6 +44,13 @@ def test_down_kills_a_process_that_ignores_sigterm_and_says_what_it_was_doing(tm
         lines = Cluster(tmp_path).down(grace=1)
     finally:
         network.destroy(grace=1)
+    return proc, lines, log
+
+
+def test_down_kills_a_process_that_ignores_sigterm_and_says_what_it_was_doing(tmp_path):
+    """A hung shutdown is a defect to explain, so `down` must leave the evidence: the process it had
+    to kill, named, and the stack of every thread of it (from its own log, where it wrote them)."""
+    proc, lines, log = run_in_a_namespace_then_down(tmp_path, STUCK, "stuck.log")
     assert proc.wait(10) != 0
     killed = [line for line in lines if not line.startswith("stacks written")]
     assert len(killed) == 1 and killed[0].startswith("hvd-probe: ") and "SIG_IGN" in killed[0], lines
@@ -71,21 +78,7 @@ service_joins_its_worker()
 
 
 def test_down_shows_the_stacks_of_every_process_it_killed_that_shared_a_log(tmp_path):
-    assert not network.namespaces(), f"a cluster is up ({network.namespaces()}): make cluster-down first"
-    log = tmp_path / "hosts" / "airflow" / "logs" / "scheduler.log"
-    log.parent.mkdir(parents=True)
-    subprocess.run(["ip", "netns", "add", "hvd-probe"], check=True)
-    try:
-        with log.open("wb") as out:
-            proc = subprocess.Popen(["ip", "netns", "exec", "hvd-probe", sys.executable, "-c",
-                                     STUCK_WITH_A_FORKED_WORKER], env={**base_env(), "PATH": os.environ["PATH"]},
-                                    stdout=out, stderr=subprocess.STDOUT, cwd=tmp_path)
-        deadline = time.monotonic() + 30
-        while "ready" not in log.read_text() and time.monotonic() < deadline:
-            time.sleep(0.05)
-        lines = Cluster(tmp_path).down(grace=1)
-    finally:
-        network.destroy(grace=1)
+    proc, lines, log = run_in_a_namespace_then_down(tmp_path, STUCK_WITH_A_FORKED_WORKER, "scheduler.log")
     proc.wait(10)
     killed = [line for line in lines if not line.startswith("stacks written")]
     assert len(killed) == 2, lines
