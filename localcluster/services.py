@@ -324,14 +324,16 @@ class Cluster:
             # forked workers share one log) write at once, and their headers come out interleaved
             # ("Fatal Python error: Fatal Python error: Aborted", a bare "Aborted").
             dumps: list[list[str]] = []
-            inside = False
+            inside = has_current = False  # in a dump; that dump has its current thread already
             for line in log.read_text(errors="replace").splitlines():
                 opens = THREAD_STACK.match(line)
-                if opens and (not inside or (opens.group(1) == "Current thread"
-                                             and any(x.startswith("Current thread") for x in dumps[-1]))):
+                current = bool(opens) and opens.group(1) == "Current thread"
+                if opens and (not inside or (current and has_current)):
                     dumps.append([])
-                    inside = True
-                elif inside and not (opens or line.startswith("  File ") or not line.strip()):
+                    inside, has_current = True, current
+                elif opens:
+                    has_current = has_current or current
+                elif inside and not (line.startswith("  File ") or not line.strip()):
                     inside = False
                 if inside and len(dumps[-1]) < most:
                     dumps[-1].append(line)
