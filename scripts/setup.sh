@@ -9,6 +9,7 @@
 #   VENV=.venv                  where the virtual environment lives
 #   PYTHON=python3              interpreter that creates it (>= 3.11)
 #   HVD_WHEEL_CACHE=...         horovod wheel cache (see scripts/build_horovod.sh)
+#   HVD_SDIST_WHEEL_CACHE=...   pyspark's wheel cache (see scripts/build_sdist_wheels.sh)
 #   HVD_SKIP_CHECK=1            skip the final environment check
 #   HVD_EXTRAS=...              the package's extras (default airflow,examples,bench,test;
 #                               docker/ uses airflow,examples,deploy)
@@ -121,7 +122,10 @@ step "install airflow-provider-hvd (editable) with extras $extras"
 # (measured on a fresh venv); what is installed is the same. torch and horovod, installed above
 # (torch from this machine's local wheel when there is one), already satisfy their pins.
 pip_q "uv>=0.5" || fail "pip could not install uv"
-"$VENV/bin/uv" pip install -q -p "$py" -c "$VENV/constraints.txt" -e ".[$extras]" \
+# pyspark is an sdist only: built once into a wheel cache, or uv may build it on every set-up
+# (scripts/build_sdist_wheels.sh says why).
+sdist_wheels=$(PYTHON="$py" scripts/build_sdist_wheels.sh) || fail "could not build the wheels of $("$PYTHON" scripts/versions.py sdist_only)"
+"$VENV/bin/uv" pip install -q -p "$py" -c "$VENV/constraints.txt" --find-links "$sdist_wheels" -e ".[$extras]" \
     || fail "uv could not install the package's dependencies (see pyproject.toml)"
 
 case ",$extras," in *,test,*)

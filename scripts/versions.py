@@ -4,6 +4,7 @@ Usage:
   python3 scripts/versions.py horovod|torch|apt|apt_build|apt_test  a pin of the build recipe
   python3 scripts/versions.py extra NAME            the requirements of the package's extra NAME
   python3 scripts/versions.py constraints           pip constraints: this project's exact versions
+  python3 scripts/versions.py sdist_only            the pins of the packages PyPI has no wheel for
   python3 scripts/versions.py --docker-env          docker/.env for compose (docker/ images and pins)
 """
 
@@ -29,6 +30,13 @@ def constraints() -> str:
     build = build_pins()
     lines = [*_tool()["pins"]["packages"], f"torch=={build['torch']}", f"horovod=={build['horovod']}"]
     return "".join(f"{line}\n" for line in lines)
+
+
+def sdist_only() -> list[str]:
+    """The exact pins (name==version) of the packages listed in [pins].sdist_only."""
+    pins = _tool()["pins"]
+    exact = {line.split("==")[0]: line for line in pins["packages"]}
+    return [exact[name] for name in pins["sdist_only"]]
 
 
 def build_pins() -> dict:
@@ -62,6 +70,8 @@ if __name__ == "__main__":
         sys.stdout.write(docker_env())
     elif sys.argv[1] == "constraints":
         sys.stdout.write(constraints())
+    elif sys.argv[1] == "sdist_only":
+        print(" ".join(sdist_only()))
     elif sys.argv[1] == "extra":
         print(" ".join(extra(sys.argv[2])))
     else:

@@ -126,6 +126,17 @@ def built_distributions(tmp_path_factory):
     return {"wheel": wheel, "sdist": sdist}
 
 
+@pytest.fixture(scope="session")
+def sdist_wheels():
+    """The folder of scripts/build_sdist_wheels.sh (pyspark's wheel, which PyPI does not ship): the
+    fresh environments' installs take it as --find-links, or each builds pyspark again (25-30 s
+    and 2.3 GB of uv cache each behind CI's registry mirror). Set-up built it; this reuses it."""
+    done = subprocess.run([os.path.join(REPO, "scripts", "build_sdist_wheels.sh")],
+                          env={**os.environ, "PYTHON": sys.executable}, capture_output=True, text=True, timeout=900)
+    assert done.returncode == 0, done.stderr[-3000:]
+    return done.stdout.strip()
+
+
 # The embedded default's spark_default, as scripts/demo.sh sets it: Spark local[*] on this machine.
 LOCAL_SPARK_CONNECTION = '{"conn_type": "spark", "host": "local[*]"}'
 

@@ -110,7 +110,7 @@ def run(cmd, timeout=900, **kwargs):
 
 
 @pytest.fixture(scope="module")
-def installed(tmp_path_factory, built_distributions):
+def installed(tmp_path_factory, built_distributions, sdist_wheels):
     """sdist + wheel built; a fresh venv with the wheel and horovod; that venv packed for
     spark.archives; then the Airflow extra added to it for the DAG test."""
     root = tmp_path_factory.mktemp("user")
@@ -124,7 +124,8 @@ def installed(tmp_path_factory, built_distributions):
     # the horovod wheel was built against.
     constraints = root / "constraints.txt"
     constraints.write_text(run([sys.executable, REPO / "scripts" / "versions.py", "constraints"]).stdout)
-    pip = [env / "bin" / "python", "-m", "pip", "install", "-q", "--disable-pip-version-check", "-c", constraints]
+    pip = [env / "bin" / "python", "-m", "pip", "install", "-q", "--disable-pip-version-check", "-c", constraints,
+           "--find-links", sdist_wheels]
     run([*pip, f"{wheel}[training]", horovod_wheel], env=user_env())
     t_install = time.monotonic()
     archive = root / "environment.tar.gz"
@@ -136,7 +137,8 @@ def installed(tmp_path_factory, built_distributions):
     t_pack = time.monotonic()
     # uv: the same resolution from the same index, in seconds where pip took most of a minute for
     # Airflow's few hundred requirements (torch above stays pip's: this machine's CPU wheel is pip's).
-    uv = [Path(sys.executable).parent / "uv", "pip", "install", "-q", "-p", env / "bin" / "python", "-c", constraints]
+    uv = [Path(sys.executable).parent / "uv", "pip", "install", "-q", "-p", env / "bin" / "python", "-c", constraints,
+          "--find-links", sdist_wheels]
     run([*uv, f"{wheel}[airflow]"], env=user_env())
     print(f"build + install {t_install - t0:.0f} s, pack {t_pack - t_install:.0f} s "
           f"({archive.stat().st_size >> 20} MiB), airflow extra {time.monotonic() - t_pack:.0f} s")
