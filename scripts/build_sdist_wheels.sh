@@ -9,8 +9,9 @@
 # "Found modified response" for the same file on every install), uv downloads pyspark's 450 MB
 # sdist again and builds it again on every install: 25-30 s and 2.3 GB of new uv cache each
 # time (measured: two installs in a row, 4.6 GB). A CI run installs it four times (two set-ups,
-# two of tests/test_provider_install.py's environments), and the disk filled. With the wheel
-# here, the first install unpacks it once into uv's cache and later ones take 0.4 s.
+# the fresh environments of tests/test_packaging.py and test_provider_install.py), and the disk
+# filled. With the wheel here, the first install unpacks it once into uv's cache and later ones
+# take 0.4 s.
 #
 # Environment:
 #   PYTHON                  interpreter whose pip builds the wheels (default: python3)
