@@ -159,14 +159,20 @@ def destroy(grace: float = 20.0) -> list[str]:
     return killed
 
 
-def _abort_python_survivors(names: list[str], wait: float = 3.0) -> None:
+def _abort_python_survivors(names: list[str], wait_each: float = 3.0, budget: float = 15.0) -> None:
     """What a process that ignored SIGTERM was doing is the evidence a hung shutdown needs: every host
     runs Python with PYTHONFAULTHANDLER=1 (services.base_env), so SIGABRT makes a Python survivor
     write every thread's stack to its stderr (its service's log) before it dies. No core file: the
-    survivor's core limit is set to 0 first."""
+    survivor's core limit is set to 0 first.
+
+    One at a time, each until it is gone, parents before their children. Aborted together, processes
+    that share a log (a scheduler and its forked workers) interleaved their dumps in mid-line ("Current
+    thread 0xCurrent thread 0x..."), and neither stack could be read back; and a child aborted before
+    the parent that waits on it lets the parent's wait return, so the parent's stack would no longer
+    say where it was stuck."""
     import resource
 
-    aborted = []
+    pythons = []
     for netns in names:
         for pid in pids_in(netns):
             try:
@@ -175,12 +181,25 @@ def _abort_python_survivors(names: list[str], wait: float = 3.0) -> None:
                 resource.prlimit(pid, resource.RLIMIT_CORE, (0, 0))
             except OSError:
                 continue
-            _signal(pid, signal.SIGABRT)
-            aborted.append(pid)
-    deadline = time.monotonic() + wait
-    while aborted and time.monotonic() < deadline:
-        aborted = [pid for pid in aborted if _stat(pid)[:1] not in ([], ["Z"])]  # gone, or a zombie
-        time.sleep(0.1)
+            pythons.append(pid)
+
+    def depth(pid: int) -> int:  # how many of its ancestors are among them
+        n, parent = 0, _parent(pid)
+        while parent in pythons:
+            n, parent = n + 1, _parent(parent)
+        return n
+
+    def gone(pid: int) -> bool:
+        return _stat(pid)[:1] in ([], ["Z"])  # gone, or a zombie
+
+    deadline = time.monotonic() + budget
+    for pid in sorted(pythons, key=depth):
+        if gone(pid):
+            continue
+        _signal(pid, signal.SIGABRT)
+        until = min(time.monotonic() + wait_each, deadline)
+        while not gone(pid) and time.monotonic() < until:
+            time.sleep(0.05)
 
 
 def _stat(pid: int) -> list[str]:

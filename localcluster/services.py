@@ -320,9 +320,9 @@ class Cluster:
         for log in sorted((self.state / "hosts").glob("*/logs/*.log")):
             # A dump is a run of thread stacks (each opening with "Thread 0x..." or, for the thread
             # the signal interrupted, "Current thread 0x..."), found by those lines and not by the
-            # "Fatal Python error: Aborted" header: processes aborted together (a scheduler and its
-            # forked workers share one log) write at once, and their headers come out interleaved
-            # ("Fatal Python error: Fatal Python error: Aborted", a bare "Aborted").
+            # "Fatal Python error: Aborted" header, which a dump need not have whole (network.py
+            # aborts one process at a time so that dumps sharing a log do not interleave, but a
+            # process that outlives its turn still writes when it gets to it).
             dumps: list[list[str]] = []
             inside = has_current = False  # in a dump; that dump has its current thread already
             for line in log.read_text(errors="replace").splitlines():
