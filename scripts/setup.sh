@@ -125,8 +125,13 @@ pip_q "uv>=0.5" || fail "pip could not install uv"
 # pyspark is an sdist only: built once into a wheel cache, or uv may build it on every set-up
 # (scripts/build_sdist_wheels.sh says why).
 sdist_wheels=$(PYTHON="$py" scripts/build_sdist_wheels.sh) || fail "could not build the wheels of $("$PYTHON" scripts/versions.py sdist_only)"
-"$VENV/bin/uv" pip install -q -p "$py" -c "$VENV/constraints.txt" --find-links "$sdist_wheels" -e ".[$extras]" \
-    || fail "uv could not install the package's dependencies (see pyproject.toml)"
+# --compile-bytecode: uv, unlike pip, installs no .pyc, and where PYTHONDONTWRITEBYTECODE is set (as on
+# the machines CI runs on) none is ever written, so every Airflow, Spark and rank process would compile
+# the source it imports, each time: `airflow version` 4.0 s -> 1.7 s, measured.
+"$VENV/bin/uv" pip install -q --compile-bytecode -p "$py" -c "$VENV/constraints.txt" --find-links "$sdist_wheels" \
+    -e ".[$extras]" || fail "uv could not install the package's dependencies (see pyproject.toml)"
+# The editable package's own source, for the same reason (a file edited later is compiled again on import).
+"$py" -m compileall -q airflow_provider_hvd >/dev/null || fail "could not compile airflow_provider_hvd"
 
 case ",$extras," in *,test,*)
     step "check the test suite's system packages"
