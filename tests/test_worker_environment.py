@@ -20,6 +20,7 @@ import cloudpickle
 import pytest
 from conftest import assert_no_run_processes, user_env
 
+from airflow_provider_hvd.runner import spark_app
 from airflow_provider_hvd.runner.driver import dependencies
 from airflow_provider_hvd.runner.driver.cluster import worker_python
 
@@ -119,10 +120,12 @@ BAD_WORKERS = textwrap.dedent("""
     def train_with_helper():
         return scale(2)
 
-    for case, python, fn in json.loads(sys.argv[2]):
+    for case, python, fn, conf in json.loads(sys.argv[2]):
         builder = SparkSession.Builder().master("local[2]")  # a new builder: options stick to the shared one.config("spark.ui.enabled", "false")
         if python:
             builder = builder.config("spark.pyspark.python", python)
+        for key, value in conf.items():
+            builder = builder.config(key, value)
         spark = builder.getOrCreate()
         spark.sparkContext.setLogLevel("OFF")
         t0 = time.monotonic()
@@ -166,11 +169,15 @@ def test_a_worker_that_cannot_run_ranks_is_named_in_seconds(bad_pythons, tmp_pat
     assert pypy, "pypy3 (Debian's, Python 3.9) is installed by scripts/setup.sh with the test extras"
     # The unconfigured case first: a stopped SparkContext's successor in the same process keeps
     # spark.* settings the earlier one was given.
-    cases = [("module only on the driver", None, "helper"),
-             ("empty venv", bad_pythons["empty"], "train"),
-             ("no horovod", bad_pythons["no-horovod"], "train"),
-             ("Python 3.9 (PyPy)", pypy, "train"),
-             ("no such executable", "/nonexistent/bin/python3", "train")]
+    # The operator's application also names its own worker daemon, which an empty venv cannot start:
+    # last, since the settings stick (above).
+    daemon = {spark_app.DAEMON_MODULE_CONF: spark_app.WORKER_DAEMON}
+    cases = [("module only on the driver", None, "helper", {}),
+             ("empty venv", bad_pythons["empty"], "train", {}),
+             ("no horovod", bad_pythons["no-horovod"], "train", {}),
+             ("Python 3.9 (PyPy)", pypy, "train", {}),
+             ("no such executable", "/nonexistent/bin/python3", "train", {}),
+             ("empty venv, the application's worker daemon", bad_pythons["empty"], "train", daemon)]
     record = fault("worker Python without the package / horovod / a module, too old, or missing",
                    "WorkerEnvironmentError naming the module, host and executable, before any rank starts")
     script = tmp_path / "bad_workers.py"
@@ -181,7 +188,7 @@ def test_a_worker_that_cannot_run_ranks_is_named_in_seconds(bad_pythons, tmp_pat
     outcomes = {o["case"]: o for o in (json.loads(line[5:]) for line in done.stdout.splitlines()
                                        if line.startswith("CASE "))}
     assert len(outcomes) == len(cases), done.stdout[-3000:] + done.stderr[-3000:]
-    for case, _, _ in cases:
+    for case, *_ in cases:
         got = outcomes[case]
         # The type says it: not a StartTimeoutError after 90 s, not Spark's bare stage failure.
         assert got["type"] == "WorkerEnvironmentError", (case, got)
@@ -190,6 +197,9 @@ def test_a_worker_that_cannot_run_ranks_is_named_in_seconds(bad_pythons, tmp_pat
     assert empty["module"] == "airflow_provider_hvd" and empty["python"] == bad_pythons["empty"]
     assert f"cannot import 'airflow_provider_hvd' in Python {bad_pythons['empty']}" in empty["message"]
     assert empty["host"] and empty["host"] != "?"
+    in_daemon = outcomes["empty venv, the application's worker daemon"]
+    assert in_daemon["module"] == "airflow_provider_hvd" and in_daemon["python"] == bad_pythons["empty"], in_daemon
+    assert f"cannot import 'airflow_provider_hvd' in Python {bad_pythons['empty']}" in in_daemon["message"]
     assert outcomes["no horovod"]["module"] == "horovod"
     helper = outcomes["module only on the driver"]
     assert helper["module"] == "only_on_driver" and helper["python"] == sys.executable, helper
@@ -198,5 +208,5 @@ def test_a_worker_that_cannot_run_ranks_is_named_in_seconds(bad_pythons, tmp_pat
     missing = outcomes["no such executable"]
     assert "could not start Python '/nonexistent/bin/python3'" in missing["message"], missing
     record.observe("; ".join(f"{c}: {outcomes[c]['message'][:90]}... ({outcomes[c]['seconds']:.1f} s)"
-                             for c, _, _ in cases[:3]), max(o["seconds"] for o in outcomes.values()))
+                             for c, *_ in cases[:3]), max(o["seconds"] for o in outcomes.values()))
     assert_no_run_processes()

@@ -39,6 +39,7 @@ A run spans three kinds of process, and the folders say which module runs where:
     timeline_tail    reads rank 0's timeline as it grows
     network          which interface ranks use
     gpus             Spark-assigned GPUs -> CUDA_VISIBLE_DEVICES
+    worker_daemon    PySpark's worker daemon, pyspark imported from its installation
 
   rank/            each rank process (a fresh interpreter)
     main             verify, unpickle, call, send the result
@@ -57,6 +58,7 @@ A run spans three kinds of process, and the folders say which module runs where:
     storage          atomic, streamed writes to a path or fsspec URL
     checkpoint_files ckpt-<step>.pt names, and the complete checkpoints in a folder
     topology         rank/local_rank/cross_rank assignment, host by host
+    installed_pyspark  pyspark and py4j from their compiled installation, not Spark's zips
 
 Imports go down only: the entry points above may use driver/, which may use task/, which
 may use nothing but wire/ and common/; rank/ too uses only wire/ and common/.

@@ -45,6 +45,10 @@ APPLICATION_MARKER = "HVD-SPARK-APPLICATION "
 # utils/driver_delivery.py). Spark lists it in spark.jars, so every executor would fetch and copy it
 # (15 MB, before its first task) though every Spark host has it on its classpath: left out here.
 CARRIER_JAR_ENV = "HVD_CARRIER_JAR"
+# The executors' Python worker daemon: pyspark's own, but importing pyspark from its compiled
+# installation rather than Spark's zip (runner/task/worker_daemon.py); a user's own setting wins.
+DAEMON_MODULE_CONF = "spark.python.daemon.module"
+WORKER_DAEMON = "airflow_provider_hvd.runner.task.worker_daemon"
 
 
 def _die_with_parent() -> None:
@@ -84,12 +88,14 @@ def _end_with_owner() -> None:
 
 
 def spark_conf():
-    """The application's SparkConf (spark-submit's properties), less the carrier jar (CARRIER_JAR_ENV).
+    """The application's SparkConf (spark-submit's properties), less the carrier jar (CARRIER_JAR_ENV),
+    with our worker daemon (WORKER_DAEMON) unless the user named one.
 
     Read through the JVM (pyspark_internals.submitted_conf): the user's own ``spark.jars`` stay."""
     from airflow_provider_hvd.runner.driver import pyspark_internals
 
     conf = pyspark_internals.submitted_conf()
+    conf.setIfMissing(DAEMON_MODULE_CONF, WORKER_DAEMON)
     carrier = os.environ.pop(CARRIER_JAR_ENV, None)
     if carrier:
         jars = [jar for jar in conf.get("spark.jars", "").split(",") if jar and jar != carrier]
@@ -168,6 +174,10 @@ def runner_options(text: str) -> dict:
 
 
 def main(argv: list[str] | None = None) -> int:
+    # Before anything imports pyspark: from its installation, not compiled anew from Spark's zip.
+    from airflow_provider_hvd.runner.common.installed_pyspark import prefer_installed
+
+    prefer_installed()
     _die_with_parent()
     _end_with_owner()
     args = parse_args(sys.argv[1:] if argv is None else argv)

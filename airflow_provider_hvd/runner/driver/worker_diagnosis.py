@@ -26,6 +26,9 @@ _NO_PYSPARK = re.compile(r"No module named '?pyspark'?")
 # PySpark's daemon died while starting: Spark quotes its traceback under this line.
 _WORKER_START = re.compile(r"Error from python worker:\n(.*?)\n(?:PYTHONPATH was:|$)", re.S)
 _LIB_VERSION = re.compile(r"/(?:python|pypy)(\d+\.\d+)/")
+# The operator's application runs this package's worker daemon (task/worker_daemon.py): a worker
+# Python without the package fails there, before the barrier task's own check could say so.
+_NO_PACKAGE = re.compile(r"No module named '(airflow_provider_hvd)[\w.]*'")
 
 FIX = ("Install airflow-provider-hvd, horovod (built as scripts/setup.sh builds it) and the training function's "
        "modules into the Python the workers run, or point the workers at a Python that has them: "
@@ -68,6 +71,11 @@ def diagnose(job_error: BaseException | str, worker_python: str,
             f"HorovodRunner: {worker} cannot import pyspark in Python {worker_python}. {FIX}",
             host=host, python=worker_python, module="pyspark")
     start = _WORKER_START.search(text)
+    if start and _NO_PACKAGE.search(start.group(1)):
+        return WorkerEnvironmentError(
+            f"HorovodRunner: {worker} cannot import 'airflow_provider_hvd' in Python {worker_python}: PySpark's "
+            f"worker daemon there is this package's (spark.python.daemon.module). Nothing was started. {FIX}",
+            host=host, python=worker_python, module="airflow_provider_hvd")
     if start:
         lines = [line.strip() for line in start.group(1).strip().splitlines() if line.strip()]
         version = _LIB_VERSION.search(start.group(1))
