@@ -156,11 +156,17 @@ def bad_pythons(tmp_path_factory):
     for module in (airflow_provider_hvd, cloudpickle):
         package = Path(module.__file__).parent
         (site / package.name).symlink_to(package)
+    # An older release of this package, from before the application's worker daemon.
+    older = root / "older-package"
+    venv.EnvBuilder(with_pip=False).create(older)
+    older_site = next((older / "lib").glob("python3.*/site-packages"))
+    shutil.copytree(Path(airflow_provider_hvd.__file__).parent, older_site / "airflow_provider_hvd",
+                    ignore=shutil.ignore_patterns("worker_daemon.py", "__pycache__"))
     helper_dir = root / "driver-only"
     helper_dir.mkdir()
     (helper_dir / "only_on_driver.py").write_text("def scale(x):\n    return 10 * x\n")
     return {"empty": str(empty / "bin" / "python"), "no-horovod": str(partial / "bin" / "python"),
-            "helper_dir": str(helper_dir)}
+            "older": str(older / "bin" / "python"), "helper_dir": str(helper_dir)}
 
 
 @pytest.mark.faults
@@ -177,7 +183,8 @@ def test_a_worker_that_cannot_run_ranks_is_named_in_seconds(bad_pythons, tmp_pat
              ("no horovod", bad_pythons["no-horovod"], "train", {}),
              ("Python 3.9 (PyPy)", pypy, "train", {}),
              ("no such executable", "/nonexistent/bin/python3", "train", {}),
-             ("empty venv, the application's worker daemon", bad_pythons["empty"], "train", daemon)]
+             ("empty venv, the application's worker daemon", bad_pythons["empty"], "train", daemon),
+             ("an older airflow-provider-hvd, the application's worker daemon", bad_pythons["older"], "train", daemon)]
     record = fault("worker Python without the package / horovod / a module, too old, or missing",
                    "WorkerEnvironmentError naming the module, host and executable, before any rank starts")
     script = tmp_path / "bad_workers.py"
@@ -200,6 +207,8 @@ def test_a_worker_that_cannot_run_ranks_is_named_in_seconds(bad_pythons, tmp_pat
     in_daemon = outcomes["empty venv, the application's worker daemon"]
     assert in_daemon["module"] == "airflow_provider_hvd" and in_daemon["python"] == bad_pythons["empty"], in_daemon
     assert f"cannot import 'airflow_provider_hvd' in Python {bad_pythons['empty']}" in in_daemon["message"]
+    older = outcomes["an older airflow-provider-hvd, the application's worker daemon"]
+    assert older["module"] == spark_app.WORKER_DAEMON and "older than the driver's" in older["message"], older
     assert outcomes["no horovod"]["module"] == "horovod"
     helper = outcomes["module only on the driver"]
     assert helper["module"] == "only_on_driver" and helper["python"] == sys.executable, helper

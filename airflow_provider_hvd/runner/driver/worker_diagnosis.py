@@ -28,7 +28,8 @@ _WORKER_START = re.compile(r"Error from python worker:\n(.*?)\n(?:PYTHONPATH was
 _LIB_VERSION = re.compile(r"/(?:python|pypy)(\d+\.\d+)/")
 # The operator's application runs this package's worker daemon (task/worker_daemon.py): a worker
 # Python without the package fails there, before the barrier task's own check could say so.
-_NO_PACKAGE = re.compile(r"No module named '(airflow_provider_hvd)[\w.]*'")
+# (runpy names a missing last module without quotes: "No module named a.b.worker_daemon".)
+_NO_PACKAGE = re.compile(r"No module named '?(airflow_provider_hvd[\w.]*)'?")
 
 FIX = ("Install airflow-provider-hvd, horovod (built as scripts/setup.sh builds it) and the training function's "
        "modules into the Python the workers run, or point the workers at a Python that has them: "
@@ -71,11 +72,15 @@ def diagnose(job_error: BaseException | str, worker_python: str,
             f"HorovodRunner: {worker} cannot import pyspark in Python {worker_python}. {FIX}",
             host=host, python=worker_python, module="pyspark")
     start = _WORKER_START.search(text)
-    if start and _NO_PACKAGE.search(start.group(1)):
+    no_package = _NO_PACKAGE.search(start.group(1)) if start else None
+    if no_package:
+        module = no_package.group(1)
+        # Only a submodule missing: the package is there, from a release before the driver's.
+        older = "" if module == "airflow_provider_hvd" else " (its airflow-provider-hvd is older than the driver's)"
         return WorkerEnvironmentError(
-            f"HorovodRunner: {worker} cannot import 'airflow_provider_hvd' in Python {worker_python}: PySpark's "
+            f"HorovodRunner: {worker} cannot import {module!r} in Python {worker_python}{older}: PySpark's "
             f"worker daemon there is this package's (spark.python.daemon.module). Nothing was started. {FIX}",
-            host=host, python=worker_python, module="airflow_provider_hvd")
+            host=host, python=worker_python, module=module)
     if start:
         lines = [line.strip() for line in start.group(1).strip().splitlines() if line.strip()]
         version = _LIB_VERSION.search(start.group(1))
