@@ -126,7 +126,7 @@ pip_q "uv>=0.5" || fail "pip could not install uv"
 # (scripts/build_sdist_wheels.sh says why).
 sdist_wheels=$(PYTHON="$py" scripts/build_sdist_wheels.sh) || fail "could not build the wheels of $("$PYTHON" scripts/versions.py sdist_only)"
 # --compile-bytecode: uv, unlike pip, installs no .pyc, and where PYTHONDONTWRITEBYTECODE is set (as on
-# the machines CI runs on) none is ever written, so every Airflow, Spark and rank process would compile
+# the machine this was measured on, one like CI's) none is ever written, so every Airflow, Spark and rank process would compile
 # the source it imports, each time: `airflow version` 4.0 s -> 1.7 s, measured.
 "$VENV/bin/uv" pip install -q --compile-bytecode -p "$py" -c "$VENV/constraints.txt" --find-links "$sdist_wheels" \
     -e ".[$extras]" || fail "uv could not install the package's dependencies (see pyproject.toml)"
