@@ -252,6 +252,34 @@ def test_the_operator_leaves_a_pickled_result_unpickled_unless_asked(monkeypatch
     assert [Path(value["trace"])] == list(tmp_path.glob("unpickled-*"))
 
 
+def test_the_operator_reads_a_result_in_object_storage_through_a_connection_or_without_one(monkeypatch, s3_server,
+                                                                                          s3_bucket):
+    """Rank 0's result read from S3 (moto's server, a stand-in for a bucket): through Airflow's filesystem for a
+    path that names a connection (``s3://<conn_id>@bucket/...``), else through the client this process already
+    has for the URL, whose listing of the folder, made before the driver wrote the result, is not trusted."""
+    import fsspec
+    import s3fs
+    from airflow.sdk import ObjectStoragePath
+
+    from airflow_provider_hvd.operators.horovod_runner import HorovodRunnerOperator
+    from airflow_provider_hvd.runner.results import seal_result
+    from airflow_provider_hvd.runner.wire import payload
+
+    monkeypatch.setenv("AIRFLOW_CONN_HVD_S3", json.dumps({
+        "conn_type": "aws", "login": "testing", "password": "testing",
+        "extra": {"endpoint_url": s3_server, "region_name": "us-east-1"}}))
+    key = payload.new_secret()
+    op = HorovodRunnerOperator(task_id="t", python_callable=print, np=2)
+    for url, value in ((f"s3://{s3_bucket}/plain/try-1", {"loss": 0.25}),
+                       (f"s3://hvd_s3@{s3_bucket}/named/try-1", {"loss": 0.5})):
+        prefix = ObjectStoragePath(url)
+        (prefix / "payload.hvd").write_bytes(b"sealed call")
+        fsspec.filesystem("s3").ls(f"{s3_bucket}/{prefix.key}")  # listed (and cached) before the result exists
+        driver = s3fs.S3FileSystem(skip_instance_cache=True)  # the driver, on another host
+        driver.pipe(f"{s3_bucket}/{prefix.key}/result.hvd", seal_result(value, key))
+        assert op._read_result(prefix / "result.hvd", key) == value, url
+
+
 def test_load_result_verifies_with_the_connections_key_and_says_how_to_get_one(monkeypatch, tmp_path):
     import numpy as np
 

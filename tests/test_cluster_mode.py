@@ -115,6 +115,61 @@ print(json.dumps({"followed": followed, "followed_s": followed_s,
 """
 
 
+# Stand-ins for spark-submit's standalone client (a shell script in place of its JVM, which needs a master
+# that accepts a driver): what it prints, and how it takes the SIGTERM the hook sends once the driver is accepted.
+SUBMISSION_CLIENTS = {
+    # accepted, then 1 s of shutdown (Spark's hooks) after the SIGTERM
+    "slow_exit": "trap 'kill $!; sleep 1; exit 143' TERM; echo 'INFO ClientEndpoint: Driver successfully submitted "
+                 "as driver-20261206000000-0001'; sleep 60 & wait",
+    # refused by the master: no driver id
+    "refused": "echo 'ERROR ClientEndpoint: Driver submission failed: no worker'; exit 1",
+    # accepted, then deaf to SIGTERM
+    "deaf": "trap '' TERM; echo 'INFO ClientEndpoint: Driver successfully submitted as driver-20261206000000-0002'; "
+            "exec sleep 60",
+}
+
+SUBMIT_SCRIPT = """
+import json, sys
+from airflow_provider_hvd.hooks.horovod import HorovodSparkSubmitHook
+
+class StandInClient(HorovodSparkSubmitHook):
+    def _build_spark_submit_command(self, application):
+        return ["bash", "-c", sys.argv[1]]
+
+seen = {}
+for case, script in json.loads(sys.argv[2]).items():
+    hook = StandInClient(conn_id="hvd_spark_test", deploy_mode="cluster")
+    sys.argv[1] = script
+    try:
+        driver_id = hook.submit("app.jar")
+    except Exception as exc:
+        seen[case] = {"error": f"{type(exc).__name__}: {exc}", "exited": hook._submit_sp.poll()}
+        continue
+    exiting = hook._submit_sp.poll() is None
+    hook.wait_submission_client(timeout=3)
+    seen[case] = {"driver_id": driver_id, "still_exiting_on_return": exiting, "exit": hook._submit_sp.poll()}
+print(json.dumps(seen))
+"""
+
+
+def test_a_cluster_mode_submission_returns_once_the_driver_is_accepted_and_its_client_is_waited_for(airflow):
+    """spark-submit's standalone client, signalled once the master has accepted the driver, exits while the
+    task goes on (its JVM's shutdown took 0.3-0.4 s of every task); ``wait_submission_client`` waits for it,
+    and kills one that does not exit. A refused submission still fails at once."""
+    env = {**airflow["env"], "AIRFLOW_CONN_HVD_SPARK_TEST": "spark://spark-master:7077"}
+    done = subprocess.run([sys.executable, "-c", SUBMIT_SCRIPT, "", json.dumps(SUBMISSION_CLIENTS)], env=env,
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr[-4000:]
+    seen = json.loads(done.stdout.strip().splitlines()[-1])
+    assert seen["slow_exit"] == {"driver_id": "driver-20261206000000-0001", "still_exiting_on_return": True,
+                                 "exit": 143}, seen
+    assert seen["refused"]["error"].startswith("AirflowException: ") and seen["refused"]["exited"] == 1, seen
+    assert seen["deaf"] == {"driver_id": "driver-20261206000000-0002", "still_exiting_on_return": True,
+                            "exit": -signal.SIGKILL}, seen
+    said = done.stdout + done.stderr
+    assert "had not exited 3 s after the master accepted the driver: killing it" in said, said[-3000:]
+
+
 def test_the_task_ends_on_its_drivers_own_word_that_it_succeeded_before_the_master_says_so(airflow, tmp_path):
     """A driver's application writes rank 0's result, ships the last of its output and says it succeeded
     (its last heartbeat's exit code 0: runner/driver/log_shipper.py); its JVM has still to exit and its worker

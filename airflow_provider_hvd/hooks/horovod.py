@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import secrets
+import threading
 import time
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -181,6 +182,10 @@ class HorovodSparkSubmitHook(SparkSubmitHook):
         self._local_asked = conn_id is None
         super().__init__(*args, conn_id=self._LOCAL if conn_id is None else conn_id, **kwargs)
         self._on_application = on_application
+        # Standalone cluster mode: set once the master has accepted the driver (_end_submission_client);
+        # the submission's thread and outcome while spark-submit's client exits (submit).
+        self._accepted = threading.Event()
+        self._submission: tuple[threading.Thread, dict[str, Any]] | None = None
 
     def _process_spark_submit_log(self, itr: Iterator[Any]) -> None:
         """The provider's log handling, minus our application's announcement line (runner/spark_app.py),
@@ -211,9 +216,55 @@ class HorovodSparkSubmitHook(SparkSubmitHook):
         if proc is not None and proc.poll() is None:
             self._ended_submission_client = True
             proc.terminate()
+            self._accepted.set()  # submit() returns; the client's exit is waited for in the background
 
     def submit(self, application: str = "", **kwargs: Any) -> str | None:
+        """The provider's submit; in standalone cluster mode it returns once the master has accepted the
+        driver, while the client's JVM, ended then, exits (0.3-0.4 s of shutdown hooks on a busy host,
+        measured) in a thread of its own: ``wait_submission_client`` joins it (the operator does, before it
+        defers or returns)."""
         self._ended_submission_client = False
+        if not self._should_track_driver_status:
+            return self._submit_and_wait(application, **kwargs)
+        self._accepted.clear()
+        outcome: dict[str, Any] = {}
+
+        def submit_in_background() -> None:
+            try:
+                outcome["driver_id"] = self._submit_and_wait(application, **kwargs)
+            except BaseException as exc:  # handed to the caller: now, or by wait_submission_client
+                outcome["error"] = exc
+            finally:
+                self._accepted.set()
+
+        self._submission = (threading.Thread(target=submit_in_background, name="hvd-spark-submit", daemon=True),
+                            outcome)
+        self._submission[0].start()
+        self._accepted.wait()
+        if outcome:  # the submission is over already (it failed, or its client had ended by itself): say so now
+            self.wait_submission_client()
+        return self._driver_id
+
+    def wait_submission_client(self, timeout: float = 30.0) -> None:
+        """Standalone cluster mode: wait until spark-submit's client, ended once the driver was accepted,
+        has exited (killed after ``timeout`` seconds); raise what its submission raised. Idempotent; a
+        no-op in other modes."""
+        if self._submission is None:
+            return
+        thread, outcome = self._submission
+        thread.join(timeout)
+        if thread.is_alive():
+            proc = getattr(self, "_submit_sp", None)
+            self.log.warning("spark-submit's client (pid %s) had not exited %.0f s after the master accepted the "
+                             "driver: killing it", getattr(proc, "pid", None), timeout)
+            if proc is not None:
+                proc.kill()
+            thread.join()
+        self._submission = None
+        if "error" in outcome:
+            raise outcome["error"]
+
+    def _submit_and_wait(self, application: str, **kwargs: Any) -> str | None:
         try:
             return super().submit(application, **kwargs)
         except AirflowException:
