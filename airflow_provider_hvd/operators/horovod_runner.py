@@ -63,7 +63,11 @@ def _filesystem(path: ObjectStoragePath) -> tuple[Any, str]:
     where ObjectStoragePath's ``open`` and ``stat`` would connect a second S3 client of Airflow's own
     (0.2-0.5 s more at the end of each task, measured). Its cached listings of the path's folders are
     dropped: the file may have appeared since one was listed."""
-    fs, location = (path.fs, path.path) if path.conn_id else fs_and_path(plain_url(path))
+    # ObjectStoragePath has ``conn_id`` in newer Task SDKs (1.3); the oldest supported (1.0) keeps it in
+    # storage_options (there a path's own writes go through Airflow's filesystem: the read connects a second
+    # client, as before).
+    conn_id = getattr(path, "conn_id", None) or path.storage_options.get("conn_id")
+    fs, location = (path.fs, path.path) if conn_id else fs_and_path(plain_url(path))
     fs.invalidate_cache(location)
     return fs, location
 
