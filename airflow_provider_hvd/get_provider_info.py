@@ -109,7 +109,9 @@ def get_provider_info() -> dict:
              "tags": ["software"]},
         ],
         "hooks": [
-            {"integration-name": "Horovod", "python-modules": ["airflow_provider_hvd.hooks.horovod"]},
+            {"integration-name": "Horovod", "python-modules": ["airflow_provider_hvd.hooks.horovod",
+                                                                   "airflow_provider_hvd.hooks.spark_submit",
+                                                                   "airflow_provider_hvd.hooks.standalone_driver"]},
         ],
         "operators": [
             {"integration-name": "Horovod", "python-modules": ["airflow_provider_hvd.operators.horovod_runner"]},

@@ -24,7 +24,7 @@ cloudpickle.register_pickle_by_value(tf_rank_functions)
 os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
 # Every JVM the tests start (Spark's local gateways, standalone masters, workers and executors,
 # spark-submit) with the quick start the operator already gives its own driver and executors
-# (utils/jvm_options.py): they live seconds, and C2's compiler threads took CPU the tests wait on
+# (placements/spark_conf.py): they live seconds, and C2's compiler threads took CPU the tests wait on
 # (test_runner_barrier + test_runner_local: 128 s -> 110 s on this 2-core machine). Each JVM says
 # "Picked up JAVA_TOOL_OPTIONS" on its stderr. user_env() drops it: a user's shell has none.
 os.environ.setdefault("JAVA_TOOL_OPTIONS", "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC")

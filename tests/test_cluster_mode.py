@@ -74,7 +74,7 @@ def driver_state(cluster, driver_id: str) -> str:
 def test_a_followed_driver_is_looked_at_quickly_at_first_then_every_poll_interval():
     """The operator and the trigger see a short run end within a quarter second; a long one costs the
     master one status request per poll_interval."""
-    from airflow_provider_hvd.utils.standalone_master import poll_delay
+    from airflow_provider_hvd.hooks.standalone_driver import poll_delay
 
     assert poll_delay(0.0, 1.0) == 0.25 and poll_delay(29.9, 1.0) == 0.25
     assert poll_delay(30.0, 1.0) == 1.0 and poll_delay(3600.0, 5.0) == 5.0
@@ -83,7 +83,8 @@ def test_a_followed_driver_is_looked_at_quickly_at_first_then_every_poll_interva
 
 FOLLOW_SCRIPT = """
 import asyncio, json, sys, time
-from airflow_provider_hvd.hooks.horovod import HorovodSparkSubmitHook
+from airflow_provider_hvd.hooks.spark_submit import HorovodSparkSubmitHook
+from airflow_provider_hvd.hooks.standalone_driver import StandaloneDriverHook
 from airflow_provider_hvd.runner.driver.log_shipper import LogShipper
 from airflow_provider_hvd.triggers.horovod_driver import HorovodDriverTrigger
 
@@ -107,7 +108,8 @@ async def first_event(log_dir, timeout):
 
 hook = HorovodSparkSubmitHook(conn_id="spark_test", deploy_mode="cluster")
 t0 = time.monotonic()
-followed = hook.follow_driver(driver_id, f"file://{folder}/succeeded")
+followed = StandaloneDriverHook(hook.rest_endpoint, driver_id, f"file://{folder}/succeeded").follow(
+    hook.process_driver_output)
 followed_s = time.monotonic() - t0
 print(json.dumps({"followed": followed, "followed_s": followed_s,
                   "trigger_succeeded": asyncio.run(first_event(f"file://{folder}/succeeded", 30)),
@@ -130,7 +132,7 @@ SUBMISSION_CLIENTS = {
 
 SUBMIT_SCRIPT = """
 import json, sys
-from airflow_provider_hvd.hooks.horovod import HorovodSparkSubmitHook
+from airflow_provider_hvd.hooks.spark_submit import HorovodSparkSubmitHook
 
 class StandInClient(HorovodSparkSubmitHook):
     def _build_spark_submit_command(self, application):
@@ -270,7 +272,7 @@ def test_deferrable_hands_the_running_driver_to_a_trigger_and_resumes_with_rank_
     assert "handing this task to the triggerer" in out and "HorovodDriverTrigger" in out, out[-5000:]
     assert "rank 0 did" in out and "rank 1 did" in out, out[-5000:]  # relayed by the trigger
     assert "Rank 0 returned {'size': 2" in out, out[-5000:]
-    # spark-core's jar only carried PythonRunner to the driver (utils/driver_delivery.py): no executor
+    # spark-core's jar only carried PythonRunner to the driver (placements/standalone.py): no executor
     # fetched a copy of it (15 MB before its first task, in its work directory); the user's jar they did.
     executor_dirs = list((tmp_path / "cluster").glob("work*/app-*/*"))
     assert executor_dirs, list((tmp_path / "cluster").rglob("*"))
@@ -450,8 +452,9 @@ def test_a_retry_refuses_to_start_beside_a_forgotten_driver_that_still_beats(tmp
     from airflow.sdk import ObjectStoragePath
 
     from airflow_provider_hvd.operators.horovod_runner import HorovodRunnerOperator
-    from airflow_provider_hvd.runner.driver.log_shipper import HEARTBEAT_NAME
-    from airflow_provider_hvd.utils.driver_record import RECORD_NAME, DriverRecord
+    from airflow_provider_hvd.placements.earlier_driver import DriverRecord
+    from airflow_provider_hvd.placements.try_files import TryFiles
+    from airflow_provider_hvd.runner.wire.driver_log import Heartbeat, heartbeat_url
     from airflow_provider_hvd.version_compat import AirflowException
 
     (tmp_path / "cluster").mkdir()
@@ -461,13 +464,14 @@ def test_a_retry_refuses_to_start_beside_a_forgotten_driver_that_still_beats(tmp
                             "AIRFLOW_CONN_SPARK_TEST": json.dumps(master.connection())}.items():
             monkeypatch.setenv(name, value)
         try_1 = f"s3://{s3_bucket}/runs/d/manual__1/train/try-1"
+        record = TryFiles(ObjectStoragePath(f"s3://{s3_bucket}/runs/d/manual__1/train"), 1).driver_record
         forgotten = "driver-20261204000000-0007"
         fs = fsspec.filesystem("s3")
-        fs.pipe(f"{try_1}/{RECORD_NAME}".removeprefix("s3://"), DriverRecord(
+        fs.pipe(record.path, DriverRecord(
             driver_id=forgotten, rest_endpoint=f"http://127.0.0.1:{master.rest_port}", try_number=1,
             log_dir=f"{try_1}/driver-log", submitted_at=time.time() - 600).to_json().encode())
-        fs.pipe(f"{try_1}/driver-log/{HEARTBEAT_NAME}".removeprefix("s3://"),
-                json.dumps({"time": time.time() - 3, "chunks": 40}).encode())
+        fs.pipe(heartbeat_url(f"{try_1}/driver-log").removeprefix("s3://"),
+                Heartbeat(time=time.time() - 3, chunks=40).to_json())
 
         class TryTwo:  # the task instance as the operator sees it: try 2 of task "train"
             dag_id, task_id, try_number = "d", "train", 2

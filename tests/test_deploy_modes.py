@@ -111,10 +111,28 @@ def test_yarn_cluster_mode_ships_the_key_file_through_yarns_distributed_cache(ai
     assert "spark.executor.resource.gpu.vendor" not in conf
 
 
+def placement_for(monkeypatch, master: str, deploy_mode: str | None, **settings):
+    """The placement the operator would choose for a Spark connection to ``master``."""
+    from airflow_provider_hvd.hooks.spark_submit import HorovodSparkSubmitHook
+    from airflow_provider_hvd.placements import ConnectionSettings, choose
+
+    monkeypatch.setenv("AIRFLOW_CONN_HVD_PLACEMENT_TEST", json.dumps({"conn_type": "spark", "host": master}))
+    hook = HorovodSparkSubmitHook(conn_id="hvd_placement_test", deploy_mode=deploy_mode)
+    return choose(hook, ConnectionSettings(**{"has_key": False, **settings}))
+
+
+def object_storage_try():
+    from airflow.sdk import ObjectStoragePath
+
+    from airflow_provider_hvd.placements.try_files import TryFiles
+
+    return TryFiles(ObjectStoragePath("s3://bucket/runs/d/r/train"), 1)
+
+
 def test_the_drivers_and_executors_jvms_start_quick_unless_the_user_chose_their_own():
-    """C1 only and the serial collector for the application's JVMs (utils/jvm_options.py); a collector or
+    """C1 only and the serial collector for the application's JVMs (placements/spark_conf.py); a collector or
     tiered-compilation choice of the user's own wins, so that the JVM never gets two collectors."""
-    from airflow_provider_hvd.utils import jvm_options
+    from airflow_provider_hvd.placements import spark_conf as jvm_options
 
     assert jvm_options.with_quick_start("") == "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC"
     assert jvm_options.with_quick_start("-XX:+UseG1GC -Dx=1") == "-XX:+UseG1GC -Dx=1 -XX:TieredStopAtLevel=1"
@@ -167,25 +185,29 @@ def test_kubernetes_cluster_mode_takes_the_key_from_a_kubernetes_secret_in_the_s
     assert "--files" not in argv and got["key"] is None  # nothing of the key leaves the Airflow worker
 
 
-def test_kubernetes_cluster_mode_refuses_without_a_connection_key_and_a_secret():
-    from airflow_provider_hvd.utils import driver_delivery
+def test_kubernetes_cluster_mode_refuses_without_a_connection_key_and_a_secret(monkeypatch):
+    from airflow_provider_hvd.placements.client import KubernetesClientMode
+    from airflow_provider_hvd.placements.kubernetes import KubernetesCluster
 
     master = "k8s://https://kubernetes.default.svc:443"
-    mode = driver_delivery.check(master, "cluster", connection_key=True, kubernetes_secret="hvd-signing-key:key")
-    plan = driver_delivery.plan(master, mode, key_path="/nowhere", driver_env={"HVD_RANK_ENV_JSON": "{}"},
-                                kubernetes_secret="hvd-signing-key:key")
+    cluster = placement_for(monkeypatch, master, "cluster", has_key=True, kubernetes_secret="hvd-signing-key:key")
+    assert type(cluster) is KubernetesCluster
+    cluster.check(object_storage_try(), deferrable=False)
+    plan = cluster.deliver_key(b"k" * 32, "/nowhere", {"HVD_RANK_ENV_JSON": "{}"})
     assert plan.conf == {"spark.kubernetes.driverEnv.HVD_RANK_ENV_JSON": "{}",
                          "spark.kubernetes.driver.secretKeyRef.HVD_SIGNING_KEY": "hvd-signing-key:key"}
     assert plan.files == [] and plan.submit_env == {}
     with pytest.raises(ValueError, match="needs the horovod connection's signing key"):
-        driver_delivery.check(master, "cluster", connection_key=False, kubernetes_secret="hvd-signing-key:key")
+        placement_for(monkeypatch, master, "cluster", kubernetes_secret="hvd-signing-key:key").check(
+            object_storage_try(), deferrable=False)
     with pytest.raises(ValueError, match="set the horovod connection's kubernetes_secret field"):
-        driver_delivery.check(master, "cluster", connection_key=True, kubernetes_secret=None)
+        placement_for(monkeypatch, master, "cluster", has_key=True).check(object_storage_try(), deferrable=False)
     # Client mode on Kubernetes: the driver is spark-submit's child, so the key file works as for YARN.
-    client = driver_delivery.plan(master, driver_delivery.check(master, None, connection_key=False,
-                                                                kubernetes_secret=None),
-                                  key_path="/k", driver_env={})
-    assert client.submit_env == {"HVD_SIGNING_KEY_FILE": "/k"} and client.conf == {}
+    client = placement_for(monkeypatch, master, None)
+    assert type(client) is KubernetesClientMode
+    client.check(object_storage_try(), deferrable=False)
+    planned = client.deliver_key(b"k" * 32, "/k", {})
+    assert planned.submit_env == {"HVD_SIGNING_KEY_FILE": "/k"} and planned.conf == {}
 
 
 @pytest.mark.parametrize("master, deploy_mode, message", [
@@ -194,11 +216,10 @@ def test_kubernetes_cluster_mode_refuses_without_a_connection_key_and_a_secret()
     ("mesos://10.0.0.5:5050", None, "is not one HorovodRunnerOperator submits to"),
     ("yarn", "clustre", "deploy_mode 'clustre' is not one of client, cluster"),
 ])
-def test_a_deploy_mode_the_key_cannot_reach_is_refused_saying_what_to_use(master, deploy_mode, message):
-    from airflow_provider_hvd.utils import driver_delivery
-
+def test_a_deploy_mode_the_key_cannot_reach_is_refused_saying_what_to_use(master, deploy_mode, message, monkeypatch):
     with pytest.raises(ValueError, match=message):
-        driver_delivery.check(master, deploy_mode, connection_key=True, kubernetes_secret=None)
+        # Refused before any address is reached: the standby masters' check comes before the REST server's.
+        placement_for(monkeypatch, master, deploy_mode, has_key=True).check(object_storage_try(), deferrable=False)
 
 
 def test_an_unknown_deploy_mode_or_half_a_gpu_setting_fails_when_the_dag_is_parsed():
@@ -262,26 +283,26 @@ def test_cluster_mode_refuses_storage_on_the_airflow_workers_own_disk(airflow, t
 def test_standalone_cluster_mode_submits_pythonrunner_and_keeps_airflows_environment_home(monkeypatch):
     """spark-submit's environment travels to the driver on the cluster: the key and the driver's
     settings go, Airflow's connections and settings stay; the RPC client (which forwards it) is forced."""
+    from airflow_provider_hvd.placements.standalone import StandaloneCluster
     from airflow_provider_hvd.runner import spark_app
-    from airflow_provider_hvd.utils import driver_delivery
 
     key = bytes(range(32))
+    placement = placement_for(monkeypatch, "spark://m:7077", "cluster")
+    assert type(placement) is StandaloneCluster
     monkeypatch.setenv("AIRFLOW_CONN_POSTGRES_DEFAULT", "postgresql://u:secret@db/airflow")
     monkeypatch.setenv("_AIRFLOW_PARSING_CONTEXT_DAG_ID", "d")
     monkeypatch.setenv("AWS_REGION", "eu-west-1")
-    mode = driver_delivery.check("spark://m:7077", "cluster", connection_key=False, kubernetes_secret=None)
-    delivery = driver_delivery.plan("spark://m:7077", mode, key_path="/unused", driver_env={"HVD_RANK_ENV_JSON": "{}"},
-                                    key=key)
-    assert delivery.main_class == "org.apache.spark.deploy.PythonRunner"
+    delivery = placement.deliver_key(key, "/unused", {"HVD_RANK_ENV_JSON": "{}"})
+    assert delivery.java_class == "org.apache.spark.deploy.PythonRunner"
     assert delivery.application.startswith("file:/") and "/jars/spark-core_" in delivery.application
     assert delivery.leading_args == [os.path.abspath(spark_app.__file__), ""]
     assert delivery.conf == {"spark.master.rest.enabled": "false"}
-    env = driver_delivery.submit_environment(key, delivery)
+    env = placement.submit_env(key, delivery)
     assert env["HVD_SIGNING_KEY"] == key.hex() and env["HVD_RANK_ENV_JSON"] == "{}"
     assert env["AWS_REGION"] == "eu-west-1"
     assert not [name for name in env if "AIRFLOW" in name]
     # Paths of the cluster's own hosts, where they differ from this one.
-    elsewhere = driver_delivery.plan("spark://m:7077", mode, key_path="/unused", driver_env={}, key=key,
-                                     cluster_app="/opt/hvd/spark_app.py", cluster_jar="/opt/spark/jars/x.jar")
+    elsewhere = placement_for(monkeypatch, "spark://m:7077", "cluster", cluster_spark_app="/opt/hvd/spark_app.py",
+                              cluster_spark_jar="/opt/spark/jars/x.jar").deliver_key(key, "/unused", {})
     assert elsewhere.application == "file:/opt/spark/jars/x.jar"
     assert elsewhere.leading_args == ["/opt/hvd/spark_app.py", ""]

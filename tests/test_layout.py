@@ -28,8 +28,8 @@ ALLOWED = {
 }
 ENTRY_POINTS = {"horovod_runner", "spark_app", "checkpoint", "timeline_window", "results"}
 AIRFLOW_LAYER = ("airflow", "airflow_provider_hvd.hooks", "airflow_provider_hvd.operators",
-                 "airflow_provider_hvd.links", "airflow_provider_hvd.sensors", "airflow_provider_hvd.version_compat", "airflow_provider_hvd.triggers", "airflow_provider_hvd.utils",
-                 "airflow_provider_hvd.examples")
+                 "airflow_provider_hvd.placements", "airflow_provider_hvd.links", "airflow_provider_hvd.sensors",
+                 "airflow_provider_hvd.version_compat", "airflow_provider_hvd.triggers", "airflow_provider_hvd.examples")
 
 
 def module_name(path: Path) -> str:
@@ -198,3 +198,58 @@ def test_an_undeclared_op_is_refused_loudly_not_ignored(caplog):
         peer.close()
     finally:
         service.close()
+
+
+# ---- the Airflow side: one folder per role, imports go one way ----------------------------
+
+PROVIDER = "airflow_provider_hvd"
+# What each folder of the Airflow side may import of the package besides itself and the runner
+# (hooks talk to outside systems; triggers run in the triggerer on hooks; placements plan, submit
+# and follow through hooks and hand deferral to a trigger; operators and sensors tell the story).
+AIRFLOW_ALLOWED = {
+    "links": set(),
+    "hooks": {"version_compat", "get_provider_info"},
+    "triggers": {"hooks", "version_compat"},
+    "placements": {"hooks", "triggers", "version_compat"},
+    "sensors": {"triggers", "version_compat"},
+    "operators": {"placements", "hooks", "links", "triggers", "version_compat"},
+}
+MAX_MODULE_LINES = 300
+MAX_FUNCTION_LINES = 50
+
+
+def provider_modules(folders) -> dict[str, tuple[Path, ast.Module]]:
+    return {module_name(p): (p, ast.parse(p.read_text(), str(p)))
+            for folder in folders for p in sorted((PACKAGE / folder).rglob("*.py"))}
+
+
+def test_the_airflow_side_has_one_folder_per_role_and_imports_go_one_way():
+    folders = {p.name for p in PACKAGE.iterdir() if p.is_dir() and (p / "__init__.py").exists()}
+    assert folders - {"runner", "examples"} == set(AIRFLOW_ALLOWED), (
+        "a folder of the Airflow side with no role in AIRFLOW_ALLOWED (say what it may import) or a role gone")
+    wrong = []
+    for module, (_, tree) in provider_modules(AIRFLOW_ALLOWED).items():
+        folder = module.split(".")[1]
+        for target in imports_of(tree):
+            if not target.startswith(PROVIDER + ".") or target.startswith(RUNNER):
+                continue
+            part = target.split(".")[1]
+            if part != folder and part not in AIRFLOW_ALLOWED[folder]:
+                wrong.append(f"{module} imports {target}")
+    assert not wrong, "imports against the Airflow side's direction:\n" + "\n".join(wrong)
+
+
+def test_the_airflow_side_keeps_modules_and_functions_small():
+    """A module a reader takes in at once, functions that each do one thing."""
+    wrong = []
+    for module, (path, tree) in provider_modules(AIRFLOW_ALLOWED).items():
+        lines = len(path.read_text().splitlines())
+        if lines > MAX_MODULE_LINES:
+            wrong.append(f"{module}: {lines} lines")
+        for node in ast.walk(tree):
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                length = node.end_lineno - node.lineno + 1
+                if length > MAX_FUNCTION_LINES:
+                    wrong.append(f"{module}.{node.name}: {length} lines")
+    assert not wrong, f"over {MAX_MODULE_LINES} lines a module or {MAX_FUNCTION_LINES} a function:\n" + "\n".join(wrong)
+

@@ -4,20 +4,21 @@ import json
 import sys
 import time
 
-from airflow_provider_hvd.runner.driver.log_shipper import LogShipper, LogTail
+from airflow_provider_hvd.hooks.standalone_driver import DriverOutput
+from airflow_provider_hvd.runner.driver.log_shipper import LogShipper
 
 
 def test_the_tail_reads_every_line_once_in_order_and_lines_split_across_chunks_come_whole(tmp_path):
     url = f"file://{tmp_path}/driver-log"
     shipper = LogShipper(url, interval=3600).start()  # shipped by hand below, not by the thread
-    tail = LogTail(url)
+    tail = DriverOutput(url)
     try:
         # Beaten at start (from the shipper's thread): the follower soon knows the driver lives.
         deadline = time.monotonic() + 10
         while tail.heartbeat() is None and time.monotonic() < deadline:
             time.sleep(0.01)
         beat = tail.heartbeat()
-        assert beat is not None and beat["chunks"] == 0, beat
+        assert beat is not None and beat.chunks == 0, beat
         print("rank 0: epoch 1")
         sys.stdout.write("rank 1: half a li")
         shipper.ship()
@@ -32,7 +33,7 @@ def test_the_tail_reads_every_line_once_in_order_and_lines_split_across_chunks_c
     finally:
         shipper.close()
     assert tail.read_new(final=True) == ["no newline at the end"]
-    assert tail.heartbeat()["chunks"] == 3
+    assert tail.heartbeat().chunks == 3
     # Closed without an exit code: only the master can say how the driver ended.
     assert tail.look(ended=False) == ([], False)
     assert sorted(p.name for p in (tmp_path / "driver-log").iterdir()) == [
@@ -60,9 +61,9 @@ def test_a_follower_reads_the_heartbeat_while_the_driver_rewrites_it_on_s3(s3_bu
     atomic_write(f"{url}/heartbeat.json", json.dumps({"time": 0, "chunks": 0}).encode())
     writer = threading.Thread(target=rewrite)
     writer.start()
-    tail = LogTail(url)
+    tail = DriverOutput(url)
     try:
-        seen = [tail.heartbeat()["time"] for _ in range(150)]
+        seen = [tail.heartbeat().time for _ in range(150)]
         looks = [tail.look(ended=False) for _ in range(50)]
     finally:
         stop.set()
@@ -79,7 +80,7 @@ def test_a_chunk_storage_fails_to_return_is_read_on_the_next_look_and_nothing_is
 
     url = f"file://{tmp_path}/driver-log"
     shipper = LogShipper(url, interval=3600).start()
-    tail = LogTail(url)
+    tail = DriverOutput(url)
     try:
         for n in range(3):
             print(f"line {n}")

@@ -88,11 +88,11 @@ def test_horovod_torch_keeps_pending_collectives_in_its_handle_map():
 
 def test_spark_submit_hook_resolves_its_master_through_resolve_connection(airflow):
     """SparkSubmitHook._resolve_connection() -> _connection["master"]: where HorovodSparkSubmitHook
-    refuses a connection that does not exist and puts local[*] for conn_id=None (hooks/horovod.py)."""
+    refuses a connection that does not exist and puts local[*] for conn_id=None (hooks/spark_submit.py)."""
     script = """
 import json
 from airflow.providers.apache.spark.hooks.spark_submit import SparkSubmitHook
-from airflow_provider_hvd.hooks.horovod import HorovodSparkSubmitHook
+from airflow_provider_hvd.hooks.spark_submit import HorovodSparkSubmitHook
 assert "_resolve_connection" in vars(SparkSubmitHook), "SparkSubmitHook._resolve_connection is gone"
 import inspect
 assert "self._process_spark_submit_log(" in inspect.getsource(SparkSubmitHook.submit), (
@@ -106,6 +106,11 @@ except Exception as exc:
     missing = f"{type(exc).__name__}: {exc}"
 local = HorovodSparkSubmitHook(conn_id=None)
 named = HorovodSparkSubmitHook(conn_id="hvd_spark_test")
+# One hook per task: the command's fields are set from the placement's plan after __init__ resolved the connection.
+from airflow_provider_hvd.hooks.spark_submit import SparkLaunch
+launch = SparkLaunch(application="app.jar", application_args=["--np", "2"], conf={"spark.x": "1"}, env={},
+                     name="hvd-name", java_class="org.Main", files=["/k#hvd-signing-key"])
+command = named._build_spark_submit_command(named.use(launch))
 # Standalone cluster mode: the provider decides to track the driver, keeps the id it parsed from
 # spark-submit's output in _driver_id, and builds the master's REST endpoint.
 assert "self._submit_sp = subprocess.Popen(" in inspect.getsource(SparkSubmitHook.submit), (
@@ -116,7 +121,7 @@ import subprocess
 cluster._submit_sp = subprocess.Popen(["sleep", "60"])  # stands for spark-submit's client, which sleeps 5 s
 cluster._process_spark_submit_log(iter(["INFO ClientEndpoint: Driver successfully submitted as driver-20261204-0007"]))
 client_ended = cluster._submit_sp.wait(10)
-print(json.dumps({"plain": plain._connection["master"], "missing": missing, "local": local.master,
+print(json.dumps({"command": command, "plain": plain._connection["master"], "missing": missing, "local": local.master,
                   "local_deploy": local._connection["deploy_mode"], "named": named.master,
                   "tracks": cluster._should_track_driver_status, "driver_id": cluster.driver_id,
                   "rest": cluster.rest_endpoint, "client_ended": client_ended}))
@@ -125,13 +130,19 @@ print(json.dumps({"plain": plain._connection["master"], "missing": missing, "loc
     done = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr[-3000:]
     seen = json.loads(done.stdout.strip().splitlines()[-1])
+    command = seen["command"]
+    assert command[-3:] == ["app.jar", "--np", "2"] and "spark.x=1" in command, (
+        "SparkSubmitHook no longer builds its command from _conf, _files, _java_class, _name and "
+        f"_application_args, which HorovodSparkSubmitHook.use sets: {command}")
+    for flag, value in (("--files", "/k#hvd-signing-key"), ("--class", "org.Main"), ("--name", "hvd-name")):
+        assert command[command.index(flag) + 1] == value, (flag, command)
     assert seen["plain"] == "yarn"  # the provider's own silent fallback, which ours refuses
     assert seen["missing"].startswith("AirflowNotFoundException: Spark connection 'hvd_no_such_connection' "
                                       "does not exist") and "spark_conn_id=None" in seen["missing"]
-    assert seen["local"] == "local[*]" and seen["local_deploy"] is None
+    assert seen["local"] == "local[*]" and seen["local_deploy"] == "client"
     assert seen["named"] == "spark://spark-master:7077"
     assert seen["tracks"] is True and seen["driver_id"] == "driver-20261204-0007", (
         "SparkSubmitHook no longer tracks a standalone cluster-mode driver through _should_track_driver_status "
-        "and _driver_id: HorovodSparkSubmitHook.follow_driver and on_kill rely on them")
+        "and _driver_id: HorovodSparkSubmitHook.driver_id and on_kill rely on them")
     assert seen["rest"] == "http://spark-master:6066"
     assert seen["client_ended"] == -15  # SIGTERM once the master accepted the driver

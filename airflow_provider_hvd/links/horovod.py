@@ -8,7 +8,7 @@ Spark UI's once the driver says where it is), and ``get_link`` gives the same UR
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from airflow.sdk import BaseOperatorLink
 
@@ -38,3 +38,9 @@ class CheckpointsLink(_RunLink):
     """The folder rank 0's ``save_checkpoint`` writes to."""
 
     name = "Checkpoints"
+
+
+def publish_link(operator: BaseOperator, ti: Any, link: type[_RunLink], url: str) -> None:
+    """Show the link in the UI now, while training runs (Airflow itself pushes links only at the end)."""
+    operator.link_urls[link.name] = url
+    ti.xcom_push(key=link().xcom_key, value=url)

@@ -8,7 +8,7 @@ here as it is in the operator, and one left out takes its default.
 No Airflow import: it runs wherever spark-submit puts the driver. The signing key
 never arrives on the command line: a file named by HVD_SIGNING_KEY_FILE (read, then
 deleted) or HVD_SIGNING_KEY (hex: from a Kubernetes Secret, or from spark-submit's
-environment on a standalone cluster); utils/driver_delivery.py
+environment on a standalone cluster); placements/signing_key.py
 says which mode uses which. Both names leave the environment before any user code
 runs, as does the ranks' extra environment (HVD_RANK_ENV_JSON). The payload is
 verified with the key before it is unpickled; rank 0's value is sealed with it and
@@ -36,13 +36,13 @@ SIGNING_KEY_FILE_ENV = "HVD_SIGNING_KEY_FILE"
 # Spark's log4j2 configuration for this application: WARN from the JVM's first line (the file says why).
 LOG4J2_CONFIG = os.path.join(os.path.dirname(os.path.abspath(__file__)), "spark_log4j2.properties")
 RANK_ENV_ENV = "HVD_RANK_ENV_JSON"
-KEY_FOLDER_PREFIX = "hvd-key-"  # utils/driver_delivery.key_file's folders
+KEY_FOLDER_PREFIX = "hvd-key-"  # placements/signing_key.key_file's folders
 # Client mode: the pid of the Airflow task that ran spark-submit on this host (see _end_with_owner).
 OWNER_PID_ENV = "HVD_OWNER_PID"
 # The line announce_application prints once the SparkContext exists, read by HorovodSparkSubmitHook.
 APPLICATION_MARKER = "HVD-SPARK-APPLICATION "
 # Standalone cluster mode: the jar spark-submit was handed only to carry PythonRunner (spark-core's,
-# utils/driver_delivery.py). Spark lists it in spark.jars, so every executor would fetch and copy it
+# placements/standalone.py). Spark lists it in spark.jars, so every executor would fetch and copy it
 # (15 MB, before its first task) though every Spark host has it on its classpath: left out here.
 CARRIER_JAR_ENV = "HVD_CARRIER_JAR"
 # The executors' Python worker daemon: pyspark's own, but importing pyspark from its compiled
@@ -123,7 +123,7 @@ def take_signing_key() -> bytes:
             os.unlink(path)  # one use; on YARN this is the container's link to the localised copy
             folder = os.path.dirname(path)
             if os.path.basename(folder).startswith(KEY_FOLDER_PREFIX):
-                # Client mode: the operator's own folder for it (driver_delivery.key_file), which a task
+                # Client mode: the operator's own folder for it (placements/signing_key.key_file), which a task
                 # killed without its cleanup (SIGKILL) would leave behind.
                 os.rmdir(folder)
         except OSError:

@@ -8,8 +8,7 @@ from typing import Any
 
 from airflow.sdk import BaseSensorOperator, Context, PokeReturnValue
 
-from airflow_provider_hvd.triggers.horovod_artifact import HorovodArtifactTrigger
-from airflow_provider_hvd.utils.artifacts import find_artifacts, parse_when
+from airflow_provider_hvd.triggers.horovod_artifact import HorovodArtifactTrigger, find_artifacts, parse_when
 from airflow_provider_hvd.version_compat import AirflowException, conf
 
 

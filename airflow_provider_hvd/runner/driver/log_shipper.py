@@ -11,29 +11,20 @@ seconds while the driver lives: how a follower tells a driver that is quiet from
 Its last version, written once the application's result (or error) is in storage and its output is
 all shipped, adds ``"exit_code"``: the driver's own word that it has ended, which a follower reads a
 poll or two before the master reports the driver's end (its JVM has yet to exit, and its worker to
-tell the master).
-
-LogTail is the reader (the operator, while it follows the driver).
+tell the master). The format is wire/driver_log.py's; the reader is the Airflow side's
+hooks/standalone_driver.py.
 """
 
 from __future__ import annotations
 
 import io
-import json
-import logging
 import sys
 import threading
 import time
 from typing import TextIO
 
-from airflow_provider_hvd.runner.common.storage import atomic_write, fs_and_path
-
-HEARTBEAT_NAME = "heartbeat.json"
-log = logging.getLogger(__name__)
-
-
-def chunk_url(log_dir: str, seq: int) -> str:
-    return f"{log_dir.rstrip('/')}/{seq:08d}.log"
+from airflow_provider_hvd.runner.common.storage import atomic_write
+from airflow_provider_hvd.runner.wire.driver_log import Heartbeat, chunk_url, heartbeat_url
 
 
 class _Tee(io.TextIOBase):
@@ -111,10 +102,8 @@ class LogShipper:
                     self._seq += 1
                 now = time.time()
                 if text or now - self._last_beat >= self.heartbeat or exit_code is not None:
-                    beat: dict = {"time": now, "chunks": self._seq}
-                    if exit_code is not None:
-                        beat["exit_code"] = exit_code
-                    atomic_write(f"{self.log_dir}/{HEARTBEAT_NAME}", json.dumps(beat).encode())
+                    beat = Heartbeat(time=now, chunks=self._seq, exit_code=exit_code)
+                    atomic_write(heartbeat_url(self.log_dir), beat.to_json())
                     self._last_beat = now
             except Exception as exc:  # storage hiccup: keep the text for the next try, say so on the host
                 self.failures += 1
@@ -137,94 +126,3 @@ class LogShipper:
         if self._saved is not None:
             sys.stdout, sys.stderr = self._saved
         self.ship(exit_code)
-
-
-class LogTail:
-    """Reads the chunks a LogShipper wrote, in order, each once; lines come whole."""
-
-    # Seconds between the tries of a last read that storage refused (the driver has ended: no later look).
-    FINAL_READ_RETRIES = (1, 2, 4)
-
-    def __init__(self, log_dir: str) -> None:
-        self.log_dir = log_dir.rstrip("/")
-        self.next_seq = 0
-        self._partial = ""
-        # The storage error that stopped the last read before the chunks it looked for (None: it read them all).
-        self.read_error: OSError | None = None
-
-    def read_new(self, final: bool = False, upto: int | None = None) -> list[str]:
-        """The complete lines of every chunk written since the last call; ``final``: the last
-        unterminated line too (the driver has ended, nothing more will come). ``upto``: the chunks
-        known to exist (a heartbeat's count) are read, and no request is spent looking for another.
-        A chunk that storage fails to return (an OSError other than not-found) ends this read: the lines
-        before it are returned, ``read_error`` says why, and the next read starts at that chunk."""
-        fs, _ = fs_and_path(self.log_dir)
-        text = []
-        self.read_error = None
-        while upto is None or self.next_seq < upto:
-            _, path = fs_and_path(chunk_url(self.log_dir, self.next_seq))
-            fs.invalidate_cache(path)  # a listing cached earlier must not hide a chunk written since
-            try:
-                with fs.open(path, "rb") as f:
-                    text.append(f.read().decode("utf-8", "replace"))
-            except FileNotFoundError:
-                break
-            except OSError as exc:  # storage failed for a moment: nothing read is lost, the rest comes next time
-                self.read_error = exc
-                log.warning("Could not read the driver's output chunk %s (will read it again): %s", path, exc)
-                break
-            self.next_seq += 1
-        joined = self._partial + "".join(text)
-        lines = joined.split("\n")
-        self._partial = lines.pop()
-        if final and self._partial and self.read_error is None:
-            lines.append(self._partial)
-            self._partial = ""
-        return lines
-
-    def read_last(self) -> list[str]:
-        """The driver has ended: every line it left, trying again (FINAL_READ_RETRIES) where storage fails,
-        since no later look will come. Lines storage never returned are reported in the log."""
-        lines = self.read_new(final=True)
-        for wait in self.FINAL_READ_RETRIES:
-            if self.read_error is None:
-                return lines
-            time.sleep(wait)
-            lines += self.read_new(final=True)
-        if self.read_error is not None:
-            log.error("The driver's output from chunk %d on under %s could not be read (%s): it is still there for "
-                      "a person to read", self.next_seq, self.log_dir, self.read_error)
-            if self._partial:
-                lines.append(self._partial)
-                self._partial = ""
-        return lines
-
-    def heartbeat(self) -> dict | None:
-        """The driver's last heartbeat ({"time": epoch seconds, "chunks": n}, plus "exit_code" once its
-        application has ended), or None before its first."""
-        fs, path = fs_and_path(f"{self.log_dir}/{HEARTBEAT_NAME}")
-        fs.invalidate_cache(path)
-        try:
-            # One GET. A file object (fs.open) first looks the object up, then reads that version
-            # only: S3 answers HTTP 412 when the driver rewrote the heartbeat in between.
-            return json.loads(fs.cat_file(path))
-        except (FileNotFoundError, ValueError):
-            return None
-
-    def look(self, ended: bool) -> tuple[list[str], bool]:
-        """One look at a followed driver that the master reports ``ended`` (or not): its new lines, and
-        whether its application has said it succeeded (exit code 0 in the last heartbeat: its result is
-        in storage and these lines are its last, though its JVM may still be exiting). Only success
-        counts: a failed driver's end is the master's to report (one that Spark relaunches writes here
-        again). A look costs a read of the heartbeat and one per new chunk."""
-        try:
-            beat = self.heartbeat()
-        except OSError as exc:  # storage unreachable for a moment: no news this look, the next one asks again
-            if not ended:
-                log.warning("Could not read the driver's heartbeat under %s (will look again): %s", self.log_dir, exc)
-                return [], False
-            beat = None
-        finished = beat is not None and beat.get("exit_code") == 0
-        if ended or finished:
-            return self.read_last(), finished
-        return self.read_new(upto=int(beat.get("chunks", 0)) if beat else 0), False

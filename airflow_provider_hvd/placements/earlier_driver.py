@@ -1,4 +1,4 @@
-"""Which Spark driver a try started, and what a later try of the same task does about it.
+"""Which Spark driver a try started on a standalone cluster, and what a later try of the same task does about it.
 
 In standalone cluster mode the driver runs on a Spark worker, not in the task: when the Airflow
 worker dies mid-training (a restart, a redeploy, an OOM kill), the driver trains on, and the
@@ -29,9 +29,9 @@ import time
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from airflow_provider_hvd.utils.standalone_master import DRIVER_ENDED
+from airflow_provider_hvd.hooks.standalone_driver import DRIVER_ENDED
+from airflow_provider_hvd.runner.wire.driver_log import Heartbeat
 
-RECORD_NAME = "spark-driver.json"
 # The driver's LogShipper beats every 10 s; three missed beats, plus room for the clock of the
 # worker that runs it being behind or ahead of the Airflow worker's.
 HEARTBEAT_STALE_AFTER = 60.0
@@ -66,9 +66,9 @@ class DriverStillRunning(RuntimeError):
     """An earlier try's driver that the master no longer knows still beats: refuse to start another."""
 
 
-def decide(record: DriverRecord, state: str, heartbeat: dict | None, now: float | None = None) -> Decision:
+def decide(record: DriverRecord, state: str, heartbeat: Heartbeat | None, now: float | None = None) -> Decision:
     """What a later try does about ``record``, given the master's ``state`` for it and the driver's
-    last ``heartbeat`` ({"time": ...} or None); raises DriverStillRunning when it can do nothing safely."""
+    last ``heartbeat``; raises DriverStillRunning when it can do nothing safely."""
     who = f"Spark driver {record.driver_id} of try {record.try_number}"
     if state == "FINISHED":
         return Decision(True, f"{who} FINISHED while no task followed it: taking its result, training nothing "
@@ -77,8 +77,7 @@ def decide(record: DriverRecord, state: str, heartbeat: dict | None, now: float 
         return Decision(True, f"{who} is still {state}: attaching to it instead of starting a second training")
     if state != "NOT_FOUND":
         return Decision(False, f"{who} ended {state}: starting a new driver")
-    beat = heartbeat.get("time") if heartbeat else None
-    age = None if beat is None else (now if now is not None else time.time()) - float(beat)
+    age = None if heartbeat is None else (now if now is not None else time.time()) - heartbeat.time
     if age is not None and age < HEARTBEAT_STALE_AFTER:
         raise DriverStillRunning(
             f"{who} is unknown to the Spark master at {record.rest_endpoint} (restarted without recovery?), yet "
