@@ -14,7 +14,7 @@ import importlib
 __version__ = "0.1.0"
 
 _LAZY = {
-    "HorovodRunner": "airflow_provider_hvd.runner.horovod_runner",
+    "HorovodRunner": "airflow_provider_hvd.runner.run",
     "log_to_driver": "airflow_provider_hvd.runner.rank.context",
     "save_checkpoint": "airflow_provider_hvd.runner.checkpoint",
     "load_checkpoint": "airflow_provider_hvd.runner.checkpoint",

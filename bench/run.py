@@ -224,7 +224,7 @@ def timeline_publishing_cpu(seconds=20.0, rate_mb_s=1.0, interval=5.0):
     from airflow_provider_hvd.runner import defaults
     from airflow_provider_hvd.runner.driver.service import DriverService
     from airflow_provider_hvd.runner.driver.timeline_publisher import TimelinePublisher
-    from airflow_provider_hvd.runner.task.driver_link import DriverLink
+    from airflow_provider_hvd.runner.barrier.driver_link import DriverLink
     from airflow_provider_hvd.runner.wire import payload
     from airflow_provider_hvd.runner.wire.messages import Role
 
@@ -391,7 +391,7 @@ HISTORY = [
     "host to the driver's roster over the authenticated channel they open anyway, and mpi tasks wait "
     "for the driver's \"stop\" (runner/driver/roster.py). And horovod's RendezvousServer stops its HTTP server "
     "with socketserver's default 0.5 s poll, paid at the end of every run; ours polls every 50 ms "
-    "(runner/driver/kv_store.py, runner/task/rendezvous_proxy.py). The table above is the after.",
+    "(runner/driver/kv_store.py, runner/barrier/rendezvous_proxy.py). The table above is the after.",
     "",
     "The run of 2026-12-02, before the workers' import check and the driver's-interpreter default of "
     "issue 13, gave 2.66 s (0.30) with gloo, 2.58 s (0.30) with mpi and 2.02 s (0.23) locally, against "

@@ -17,11 +17,11 @@ import os
 import sys
 from pathlib import Path
 
-from localcluster import network
+from localcluster import namespaces
 from localcluster.services import Cluster
-from localcluster.topology import HOSTS
+from localcluster.hosts import HOSTS
 
-STATE = Path(os.environ.get("HVD_CLUSTER_STATE", network.REPO / ".cluster"))
+STATE = Path(os.environ.get("HVD_CLUSTER_STATE", namespaces.REPO / ".cluster"))
 
 
 def main(argv: list[str]) -> int:
@@ -72,7 +72,7 @@ def main(argv: list[str]) -> int:
         print(f"{args.service} on {args.host} restarted (pid {pid})")
         return 0
     os.chdir("/")
-    os.execvpe("nsenter", [*network.enter(cluster.info["holders"][args.host]), *args.cmd],
+    os.execvpe("nsenter", [*namespaces.enter(cluster.info["holders"][args.host]), *args.cmd],
                cluster.host_env(args.host))
 
 

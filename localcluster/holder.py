@@ -1,6 +1,6 @@
 """The process that keeps one host's namespaces alive and sets up its private file system view.
 
-Started by localcluster.network inside the host's network namespace, under
+Started by localcluster.namespaces inside the host's network namespace, under
 ``unshare --mount --uts --propagation private``; every service of the host later joins its
 namespaces (``nsenter --target <this pid>``). Here, before it sleeps:
 
@@ -25,7 +25,7 @@ import socket
 import sys
 from pathlib import Path
 
-from localcluster.topology import HOST_DIR
+from localcluster.hosts import HOST_DIR
 
 MS_BIND, MS_REC = 4096, 16384
 _libc = ctypes.CDLL(None, use_errno=True)

@@ -29,8 +29,8 @@ from pathlib import Path
 
 import pyspark
 
-from localcluster import network
-from localcluster.topology import (
+from localcluster import namespaces
+from localcluster.hosts import (
     AIRFLOW_API_PORT,
     BY_NAME,
     HOST_DIR,
@@ -42,7 +42,7 @@ from localcluster.topology import (
     SPARK_WORKERS,
 )
 
-REPO = network.REPO
+REPO = namespaces.REPO
 VENV_BIN = Path(sys.executable).parent
 BUCKET = "hvd-artifacts"
 SPARK_HOME = Path(pyspark.__file__).parent
@@ -57,7 +57,7 @@ def base_env() -> dict[str, str]:
            "HOME": HOST_DIR, "LANG": "C.UTF-8", "SPARK_HOME": str(SPARK_HOME),
            "PYSPARK_PYTHON": sys.executable,
            # A Python process that `down` has to kill gets SIGABRT first and writes its threads'
-           # stacks to its log (network.destroy): the evidence of what a hung shutdown waited on.
+           # stacks to its log (namespaces.destroy): the evidence of what a hung shutdown waited on.
            "PYTHONFAULTHANDLER": "1"}
     if os.environ.get("JAVA_HOME"):
         env["JAVA_HOME"] = os.environ["JAVA_HOME"]
@@ -86,7 +86,7 @@ class Cluster:
         log = self.log_path(host, service)
         log.parent.mkdir(parents=True, exist_ok=True)
         with log.open("ab") as out:
-            proc = subprocess.Popen([*network.enter(self.info["holders"][host]), *command], env=env, cwd="/",
+            proc = subprocess.Popen([*namespaces.enter(self.info["holders"][host]), *command], env=env, cwd="/",
                                     stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                                     start_new_session=True)
         self.info.setdefault("services", {})[f"{host}/{service}"] = proc.pid
@@ -109,7 +109,7 @@ class Cluster:
         group = self.info["services"][key]
         try:
             # A crash takes every process of the service at once; a stop, like `docker compose stop`,
-            # signals the main process, which ends its own children (see network.destroy).
+            # signals the main process, which ends its own children (see namespaces.destroy).
             if crash:
                 os.killpg(group, signal.SIGKILL)
             else:
@@ -130,7 +130,7 @@ class Cluster:
             check: bool = True) -> subprocess.CompletedProcess:
         """A one-off command on ``host`` (what `docker compose exec` does)."""
         # From /: every host's user may enter it (PostgreSQL's tools run as postgres).
-        done = subprocess.run([*network.enter(self.info["holders"][host]), *command], env=env or base_env(),
+        done = subprocess.run([*namespaces.enter(self.info["holders"][host]), *command], env=env or base_env(),
                               cwd="/", capture_output=True, text=True, timeout=timeout)
         if check and done.returncode != 0:
             raise RuntimeError(f"on {host}: {' '.join(command)}: {(done.stdout + done.stderr)[-3000:]}")
@@ -165,7 +165,7 @@ class Cluster:
                   "jwt": secrets.token_hex(32), "signing_key": secrets.token_hex(32),
                   "airflow_admin": secrets.token_urlsafe(12)}
         self.info = {"secret": secret, "api_port": api_port}
-        self.info["holders"] = network.create(self.state)
+        self.info["holders"] = namespaces.create(self.state)
         self.save()
         try:
             self._postgres(secret)
@@ -309,18 +309,18 @@ class Cluster:
     def down(self, grace: float = 20.0) -> list[str]:
         """Every process ended, every namespace removed (the forwarder joined Airflow's: it goes too).
         Returns what had to be killed after ``grace`` seconds, then the stacks those processes wrote."""
-        killed = network.destroy(grace)
+        killed = namespaces.destroy(grace)
         self.info_path.unlink(missing_ok=True)
         return killed + (self.aborted_stacks() if killed else [])
 
     def aborted_stacks(self, most: int = 80) -> list[str]:
         """The thread stacks that Python processes killed by `down` wrote to their service logs
-        (network.destroy aborts them with faulthandler on), each dump under its log's path."""
+        (namespaces.destroy aborts them with faulthandler on), each dump under its log's path."""
         found = []
         for log in sorted((self.state / "hosts").glob("*/logs/*.log")):
             # A dump is a run of thread stacks (each opening with "Thread 0x..." or, for the thread
             # the signal interrupted, "Current thread 0x..."), found by those lines and not by the
-            # "Fatal Python error: Aborted" header, which a dump need not have whole (network.py
+            # "Fatal Python error: Aborted" header, which a dump need not have whole (namespaces.py
             # aborts one process at a time so that dumps sharing a log do not interleave, but a
             # process that outlives its turn still writes when it gets to it).
             dumps: list[list[str]] = []

@@ -30,7 +30,7 @@ os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
 os.environ.setdefault("JAVA_TOOL_OPTIONS", "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC")
 
 RANK_MARKER = "airflow_provider_hvd.runner.rank.main"
-RSH_AGENT_MARKER = "airflow_provider_hvd.runner.task.rsh_agent"
+RSH_AGENT_MARKER = "airflow_provider_hvd.runner.barrier.rsh_agent"
 
 
 def run_processes():

@@ -46,7 +46,7 @@ def test_wrong_secret_is_refused_and_cannot_fetch_the_payload(fault):
 def test_rsh_service_runs_commands_only_for_holders_of_the_secret(tmp_path, fault):
     record = fault("port: mpi rsh service (starts orted on a host); a client with a wrong secret asks to run a "
                    "command", "refused before any command runs")
-    from airflow_provider_hvd.runner.task.rsh_service import RshService
+    from airflow_provider_hvd.runner.barrier.rsh_service import RshService
 
     secret = payload.new_secret()
     service = RshService(secret)
@@ -76,7 +76,7 @@ def test_rendezvous_store_is_reached_only_through_an_authenticated_proxy(caplog)
     """Gloo's rendezvous values live in the driver service; a rank's loopback proxy forwards to it."""
     import http.client
 
-    from airflow_provider_hvd.runner.task.rendezvous_proxy import RendezvousProxy
+    from airflow_provider_hvd.runner.barrier.rendezvous_proxy import RendezvousProxy
 
     secret = payload.new_secret()
     service = DriverService(secret, b"", lambda *a: None, host="127.0.0.1")
@@ -110,7 +110,7 @@ def test_rendezvous_proxy_refuses_another_users_process(caplog, fault):
     import subprocess
     import sys
 
-    from airflow_provider_hvd.runner.task.rendezvous_proxy import RendezvousProxy
+    from airflow_provider_hvd.runner.barrier.rendezvous_proxy import RendezvousProxy
 
     secret = payload.new_secret()
     service = DriverService(secret, b"", lambda *a: None, host="127.0.0.1")

@@ -302,7 +302,7 @@ def test_bad_payload_is_refused_by_a_real_rank_before_unpickling(kind, says, tmp
 
     from airflow_provider_hvd.runner.wire import payload
     from airflow_provider_hvd.runner.driver.service import DriverService
-    from airflow_provider_hvd.runner.task.rank_process import RankProcess
+    from airflow_provider_hvd.runner.barrier.rank_process import RankProcess
 
     record = fault(f"payload {kind}, fetched by a real rank process",
                    "refused before unpickling (the tripwire pickle never runs), with a message naming the check")

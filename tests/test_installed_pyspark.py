@@ -1,5 +1,5 @@
 """The application's Python processes import pyspark from its compiled installation, not from
-Spark's zip (runner/common/installed_pyspark.py, runner/task/worker_daemon.py): the same code
+Spark's zip (runner/common/installed_pyspark.py, runner/barrier/worker_daemon.py): the same code
 without compiling it anew in every driver and worker daemon, and never a different release."""
 
 import json

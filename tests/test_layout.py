@@ -16,17 +16,17 @@ PACKAGE = Path(__file__).resolve().parent.parent / "airflow_provider_hvd"
 RUNNER = "airflow_provider_hvd.runner"
 
 # What each part of runner/ may import from runner/ (itself always). The entry points
-# (horovod_runner, spark_app, checkpoint, timeline_window) may import anything below them.
+# (run, spark_app, checkpoint, timeline_window) may import anything below them.
 ALLOWED = {
     "errors": set(),
     "defaults": set(),
     "common": set(),
     "wire": {"errors"},
     "rank": {"wire", "common", "errors", "defaults"},
-    "task": {"wire", "common", "errors", "defaults"},
-    "driver": {"task", "wire", "common", "errors", "defaults"},
+    "barrier": {"wire", "common", "errors", "defaults"},
+    "driver": {"barrier", "wire", "common", "errors", "defaults"},
 }
-ENTRY_POINTS = {"horovod_runner", "spark_app", "checkpoint", "timeline_window", "results"}
+ENTRY_POINTS = {"run", "spark_app", "checkpoint", "timeline_window", "results"}
 AIRFLOW_LAYER = ("airflow", "airflow_provider_hvd.hooks", "airflow_provider_hvd.operators",
                  "airflow_provider_hvd.placements", "airflow_provider_hvd.links", "airflow_provider_hvd.sensors",
                  "airflow_provider_hvd.version_compat", "airflow_provider_hvd.triggers", "airflow_provider_hvd.examples")
@@ -65,7 +65,7 @@ def _is_our_module(name: str) -> bool:
 
 
 def part_of(module: str) -> str:
-    """``airflow_provider_hvd.runner.task.mpi_run`` -> ``task``; the package itself -> ``__init__``."""
+    """``airflow_provider_hvd.runner.barrier.mpi_run`` -> ``barrier``; the package itself -> ``__init__``."""
     rest = module.removeprefix(RUNNER).lstrip(".")
     return rest.split(".")[0] if rest else "__init__"
 
@@ -253,3 +253,21 @@ def test_the_airflow_side_keeps_modules_and_functions_small():
                     wrong.append(f"{module}.{node.name}: {length} lines")
     assert not wrong, f"over {MAX_MODULE_LINES} lines a module or {MAX_FUNCTION_LINES} a function:\n" + "\n".join(wrong)
 
+
+
+def test_no_two_modules_share_a_file_name_for_different_jobs():
+    """A file's name says its job wherever it is found: in the package and in localcluster/. The one
+    exception is Airflow's own convention, one integration's module under each role's folder
+    (hooks/horovod.py and links/horovod.py; sensors/ and triggers/horovod_artifact.py)."""
+    roots = (PACKAGE, PACKAGE.parent / "localcluster")
+    seen: dict[str, list[Path]] = {}
+    for path in sorted(p for root in roots for p in root.rglob("*.py")):
+        if path.name not in ("__init__.py", "__main__.py"):
+            seen.setdefault(path.name, []).append(path)
+
+    def airflow_role(path: Path) -> bool:
+        return path.parent.parent == PACKAGE and path.parent.name in AIRFLOW_ALLOWED
+
+    shared = {name: [str(p.relative_to(PACKAGE.parent)) for p in paths] for name, paths in seen.items()
+              if len(paths) > 1 and not all(airflow_role(p) for p in paths)}
+    assert not shared, f"file names used for two jobs: {shared}"

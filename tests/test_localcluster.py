@@ -9,7 +9,7 @@ import time
 
 import pytest
 
-from localcluster import network
+from localcluster import namespaces
 from localcluster.services import Cluster, base_env
 
 pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="network namespaces need root")
@@ -29,7 +29,7 @@ time.sleep(600)
 def run_in_a_namespace_then_down(tmp_path, script: str, log_name: str):
     """``script`` run in namespace hvd-probe, its output in a service log of host "airflow"; once it
     printed "ready", `down` (1 s of grace). The process, what `down` said, and the log's path."""
-    assert not network.namespaces(), f"a cluster is up ({network.namespaces()}): make cluster-down first"
+    assert not namespaces.namespaces(), f"a cluster is up ({namespaces.namespaces()}): make cluster-down first"
     log = tmp_path / "hosts" / "airflow" / "logs" / log_name
     log.parent.mkdir(parents=True)
     subprocess.run(["ip", "netns", "add", "hvd-probe"], check=True)
@@ -43,7 +43,7 @@ def run_in_a_namespace_then_down(tmp_path, script: str, log_name: str):
             time.sleep(0.05)
         lines = Cluster(tmp_path).down(grace=1)
     finally:
-        network.destroy(grace=1)
+        namespaces.destroy(grace=1)
     return proc, lines, log
 
 
@@ -57,7 +57,7 @@ def test_down_kills_a_process_that_ignores_sigterm_and_says_what_it_was_doing(tm
     stacks = [line for line in lines if line.startswith("stacks written")]
     assert len(stacks) == 1 and str(log) in stacks[0], lines
     assert "in wait_for_a_peer_that_never_answers" in stacks[0] and "Current thread" in stacks[0], stacks[0]
-    assert not network.namespaces() and not list(tmp_path.glob("core*"))
+    assert not namespaces.namespaces() and not list(tmp_path.glob("core*"))
 
 
 # A service and a worker it forked, both stuck, writing to one log (Airflow's scheduler and its

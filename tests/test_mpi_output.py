@@ -1,7 +1,7 @@
 """mpirun's --tag-output tags chunks, not lines: our split must give each rank its whole lines."""
 
-from airflow_provider_hvd.runner.task.mpi_output import TaggedOutput
-from airflow_provider_hvd.runner.task.output_lines import LineAssembler
+from airflow_provider_hvd.runner.barrier.mpi_output import TaggedOutput
+from airflow_provider_hvd.runner.barrier.output_lines import LineAssembler
 
 
 class Lines:
@@ -83,7 +83,7 @@ ORTED_CRASH = [
 
 
 def test_an_orted_crash_is_reported_as_open_mpis_with_its_own_lines():
-    from airflow_provider_hvd.runner.task.mpi_output import failure_report
+    from airflow_provider_hvd.runner.barrier.mpi_output import failure_report
 
     report = failure_report(1, ORTED_CRASH, {}, mpirun_host="127.0.0.3")
     assert report["daemon"] == {"process": "orted", "host": "127.0.0.2", "signal": "SIGSEGV", "code": 139}
@@ -92,7 +92,7 @@ def test_an_orted_crash_is_reported_as_open_mpis_with_its_own_lines():
 
 
 def test_mpirun_crashing_itself_is_named_but_being_stopped_is_not_a_crash():
-    from airflow_provider_hvd.runner.task.mpi_output import failure_report
+    from airflow_provider_hvd.runner.barrier.mpi_output import failure_report
 
     crashed = failure_report(-11, ["Segmentation fault"], {}, mpirun_host="127.0.0.3")
     assert crashed["daemon"] == {"process": "mpirun", "host": "127.0.0.3", "signal": "SIGSEGV", "code": -11}
@@ -101,14 +101,14 @@ def test_mpirun_crashing_itself_is_named_but_being_stopped_is_not_a_crash():
 
 
 def test_the_rsh_agent_reads_a_crash_from_the_shells_exit_code():
-    from airflow_provider_hvd.runner.task.rsh_agent import _signal_of
+    from airflow_provider_hvd.runner.barrier.rsh_agent import _signal_of
 
     assert (_signal_of(139), _signal_of(-11), _signal_of(134)) == ("SIGSEGV", "SIGSEGV", "SIGABRT")
     assert (_signal_of(0), _signal_of(1), _signal_of(70)) == (None, None, None)
 
 
 def test_daemons_that_never_started_keep_what_was_said_before_open_mpis_help_text():
-    from airflow_provider_hvd.runner.task.mpi_output import failure_report
+    from airflow_provider_hvd.runner.barrier.mpi_output import failure_report
 
     said = ["rsh_agent: the barrier task on 127.0.0.3 went away",
             "--------------------------------------------------------------------------",

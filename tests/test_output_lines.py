@@ -6,7 +6,7 @@ import pytest
 import rank_functions as rf
 
 from airflow_provider_hvd import HorovodRunner
-from airflow_provider_hvd.runner.task.output_lines import LineAssembler
+from airflow_provider_hvd.runner.barrier.output_lines import LineAssembler
 
 
 class Clock:

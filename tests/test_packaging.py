@@ -151,7 +151,7 @@ def test_the_wheel_holds_the_package_and_nothing_else(installed):
     import zipfile
 
     names = zipfile.ZipFile(installed["wheel"]).namelist()
-    for needed in ("airflow_provider_hvd/runner/task/entry.py", "airflow_provider_hvd/runner/spark_app.py",
+    for needed in ("airflow_provider_hvd/runner/barrier/entry.py", "airflow_provider_hvd/runner/spark_app.py",
                    "airflow_provider_hvd/operators/horovod_runner.py", "airflow_provider_hvd/examples/digits.py",
                    "airflow_provider_hvd/runner/spark_log4j2.properties"):
         assert needed in names

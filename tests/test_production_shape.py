@@ -27,7 +27,7 @@ from conftest import RANK_MARKER, RSH_AGENT_MARKER, run_processes
 from test_airflow_layer import SPARK_LOG_LINE
 
 from localcluster.services import Cluster
-from localcluster.topology import SPARK_UI_PORT
+from localcluster.hosts import SPARK_UI_PORT
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -89,7 +89,7 @@ def localcluster(state: Path, *args: str, timeout: float = 600) -> str:
 
 @pytest.fixture(scope="module")
 def deployment(tmp_path_factory):
-    from localcluster import network
+    from localcluster import namespaces
 
     state = tmp_path_factory.mktemp("cluster")
     port = free_port()
@@ -114,7 +114,7 @@ def deployment(tmp_path_factory):
         else:
             assert "had to SIGKILL" not in down, down
         # Nothing left: no namespace, no process of any host, no port, no mount.
-        assert network.namespaces() == []
+        assert namespaces.namespaces() == []
         assert not [p for p in psutil.process_iter(["cmdline"]) if str(state) in " ".join(p.info["cmdline"] or [])]
         assert "hvd-host" not in Path("/proc/self/mountinfo").read_text()
 

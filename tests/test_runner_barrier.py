@@ -123,7 +123,7 @@ spark.stop()
 def test_ranks_get_the_hosts_environment_without_sparks_plumbing(spark_local2, launcher, monkeypatch, no_leftovers):
     """Spark's Python worker protocol settings and secrets (and a spark-submitted driver's py4j
     gateway secret) never reach the training function; the host's and the user's settings do."""
-    from airflow_provider_hvd.runner.task.rank_environment import SPARK_PLUMBING
+    from airflow_provider_hvd.runner.barrier.rank_environment import SPARK_PLUMBING
 
     # What a spark-submitted driver has: local mode (np < 0) starts ranks from it.
     monkeypatch.setenv("PYSPARK_GATEWAY_SECRET", "driver-secret")

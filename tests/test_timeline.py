@@ -192,7 +192,7 @@ def test_time_window_refuses_what_is_not_a_timeline(tmp_path):
 def test_tail_restores_a_closing_bracket_horovod_has_since_overwritten(tmp_path):
     """A read that overlaps Horovod's append sees the old "]" and the next event after it ("}]{"):
     the tail ships what the file holds once the append is done ("},{"), so the trace stays valid."""
-    from airflow_provider_hvd.runner.task.timeline_tail import TimelineTail
+    from airflow_provider_hvd.runner.barrier.timeline_tail import TimelineTail
 
     path = tmp_path / "timeline.json"
     # What one read() returned while Horovod appended: its bytes came from before and after the append.

@@ -1,5 +1,5 @@
 """A long run's Horovod Timeline, compressed into a minute: a synthetic multi-GiB timeline, written the way
-Horovod writes it, goes through the real tail (task/timeline_tail.py), the real authenticated channel from a
+Horovod writes it, goes through the real tail (barrier/timeline_tail.py), the real authenticated channel from a
 launcher's DriverLink to the DriverService, and the real publisher, to a local file and to S3.
 
 The S3 endpoint is moto's standalone server: a stand-in for a cloud bucket, which cannot be reached from here.
@@ -22,7 +22,7 @@ from airflow_provider_hvd.runner.common.storage import atomic_write_stream
 from airflow_provider_hvd.runner.driver.service import DriverService
 from airflow_provider_hvd.runner.driver.timeline_publisher import METADATA_MAX_BYTES, TimelinePublisher, \
     live_view_location
-from airflow_provider_hvd.runner.task.driver_link import DriverLink
+from airflow_provider_hvd.runner.barrier.driver_link import DriverLink
 from airflow_provider_hvd.runner.wire import payload
 from airflow_provider_hvd.runner.wire.messages import Role
 

@@ -2,7 +2,7 @@
 
 A run spans three kinds of process, and the folders say which module runs where:
 
-  horovod_runner   HorovodRunner: the public entry point, in the driver
+  run              HorovodRunner: the public entry point, in the driver
   spark_app        the Spark application HorovodRunnerOperator submits (a driver process)
   checkpoint       save/latest/load checkpoints: rank 0 writes, anyone reads
   timeline_window  a user's tool: cut a time window out of a timeline too large for the viewer
@@ -18,14 +18,14 @@ A run spans three kinds of process, and the folders say which module runs where:
     cluster          the cluster's kind, free slots and worker Python, checked in seconds
     pyspark_internals  the private pyspark APIs used, each with why
     launcher_choice  mpi or gloo
-    local_launch     np < 0: the task layer's launchers, run by the driver itself
+    local_launch     np < 0: the barrier layer's launchers, run by the driver itself
     dependencies     the top-level modules a call needs on the workers
     worker_diagnosis a worker whose Python cannot run ranks, in words
     timeline_publisher  rank 0's timeline: a bounded live view each interval, the complete file once
     restart_policy   which failures max_restarts restarts: one table
     run_checkpoints  a run's checkpoint folder as its restarts see it: resume point, partial files
 
-  task/            a barrier task on an executor (and, for np < 0, the driver's launcher threads)
+  barrier/         a barrier task on an executor (and, for np < 0, the driver's launcher threads)
     entry            the stage's entry point, shipped by value: checks the worker's Python first
     barrier_task     joins the roster; starts its rank (gloo) or serves mpirun (mpi)
     roster_member    the task's side of the roster
@@ -37,7 +37,7 @@ A run spans three kinds of process, and the folders say which module runs where:
     rsh_agent        the agent mpirun runs instead of ssh (a process of its own)
     driver_link      a launcher's channel to the driver: reports up, STOP down, timeline chunks
     timeline_tail    reads rank 0's timeline as it grows
-    network          which interface ranks use
+    addresses        which address ranks use to reach the driver, which interface gloo binds
     gpus             Spark-assigned GPUs -> CUDA_VISIBLE_DEVICES
     worker_daemon    PySpark's worker daemon, pyspark imported from its installation
 
@@ -57,10 +57,10 @@ A run spans three kinds of process, and the folders say which module runs where:
     processes        kill a process tree; describe one that hangs
     storage          atomic, streamed writes to a path or fsspec URL
     checkpoint_files ckpt-<step>.pt names, and the complete checkpoints in a folder
-    topology         rank/local_rank/cross_rank assignment, host by host
+    rank_slots       rank/local_rank/cross_rank assignment, host by host
     installed_pyspark  pyspark and py4j from their compiled installation, not Spark's zips
 
-Imports go down only: the entry points above may use driver/, which may use task/, which
+Imports go down only: the entry points above may use driver/, which may use barrier/, which
 may use nothing but wire/ and common/; rank/ too uses only wire/ and common/.
 tests/test_layout.py keeps it so.
 """

@@ -46,9 +46,9 @@ APPLICATION_MARKER = "HVD-SPARK-APPLICATION "
 # (15 MB, before its first task) though every Spark host has it on its classpath: left out here.
 CARRIER_JAR_ENV = "HVD_CARRIER_JAR"
 # The executors' Python worker daemon: pyspark's own, but importing pyspark from its compiled
-# installation rather than Spark's zip (runner/task/worker_daemon.py); a user's own setting wins.
+# installation rather than Spark's zip (runner/barrier/worker_daemon.py); a user's own setting wins.
 DAEMON_MODULE_CONF = "spark.python.daemon.module"
-WORKER_DAEMON = "airflow_provider_hvd.runner.task.worker_daemon"
+WORKER_DAEMON = "airflow_provider_hvd.runner.barrier.worker_daemon"
 
 
 def _die_with_parent() -> None:
@@ -192,7 +192,7 @@ def main(argv: list[str] | None = None) -> int:
 
     from airflow_provider_hvd.runner.common.storage import atomic_write
     from airflow_provider_hvd.runner.driver import pyspark_internals
-    from airflow_provider_hvd.runner.horovod_runner import HorovodRunner
+    from airflow_provider_hvd.runner.run import HorovodRunner
     from airflow_provider_hvd.runner.results import seal_result
     from airflow_provider_hvd.runner.wire import payload
 

@@ -1,10 +1,10 @@
 """np > 0: the driver's side of the Spark barrier stage of np tasks, one rank per task slot.
 
-The stage runs ``task/entry.checked_barrier_task`` in every task (shipped by value, so a
+The stage runs ``barrier/entry.checked_barrier_task`` in every task (shipped by value, so a
 worker without this package still reports that clearly), under the worker Python that
 ``cluster.worker_python`` picked, in a background thread and a job group of its own, so
 that the driver can cancel it the moment any rank fails. What each task does is
-task/barrier_task.py.
+barrier/barrier_task.py.
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ import threading
 import uuid
 
 from airflow_provider_hvd.runner.driver import pyspark_internals
-from airflow_provider_hvd.runner.task import entry
+from airflow_provider_hvd.runner.barrier import entry
 from airflow_provider_hvd.runner.wire.messages import TaskSpec
 
 

@@ -6,7 +6,7 @@ helper from the user's own package), and the ``import`` statements inside the tr
 function's code (the HorovodRunner idiom: ``import horovod.torch as hvd`` as its first
 line), except those inside a ``try`` (an optional import) or ``with`` block. The barrier
 tasks look each one up with ``importlib.util.find_spec`` before a rank starts
-(task/entry.py), so a module missing on a worker is named in seconds rather than as a
+(barrier/entry.py), so a module missing on a worker is named in seconds rather than as a
 rank's traceback.
 """
 

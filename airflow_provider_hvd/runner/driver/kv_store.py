@@ -3,7 +3,7 @@
 Horovod's gloo ranks find each other through an HTTP key-value store, and its C++ client
 sends no credential. So the store lives here, inside the driver service, reached only over
 the run's authenticated channel: each gloo rank talks HTTP to a loopback proxy that its
-launcher runs (task/rendezvous_proxy.py), which forwards every request here.
+launcher runs (barrier/rendezvous_proxy.py), which forwards every request here.
 """
 
 from __future__ import annotations

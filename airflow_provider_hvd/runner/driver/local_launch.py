@@ -9,11 +9,11 @@ import json
 import os
 import threading
 
-from airflow_provider_hvd.runner.common.topology import assign_slots, gloo_env
-from airflow_provider_hvd.runner.task.gpus import driver_gpus, local_rank_gpu
-from airflow_provider_hvd.runner.task.mpi_run import MpiRun
-from airflow_provider_hvd.runner.task.rank_environment import rank_base_env
-from airflow_provider_hvd.runner.task.rank_process import RankProcess
+from airflow_provider_hvd.runner.common.rank_slots import assign_slots, gloo_env
+from airflow_provider_hvd.runner.barrier.gpus import driver_gpus, local_rank_gpu
+from airflow_provider_hvd.runner.barrier.mpi_run import MpiRun
+from airflow_provider_hvd.runner.barrier.rank_environment import rank_base_env
+from airflow_provider_hvd.runner.barrier.rank_process import RankProcess
 from airflow_provider_hvd.runner.wire.messages import LaunchEnv
 
 LOCAL_HOST = "127.0.0.1"

@@ -6,7 +6,7 @@ each one cost about 1 s even when every task had already arrived (measured in
 bench/, see docs/benchmarks.md). The driver service already accepts an
 authenticated channel from every task, so the exchange costs one round trip.
 
-The task's side is task/roster_member.py. The task keeps its roster channel while
+The task's side is barrier/roster_member.py. The task keeps its roster channel while
 it has something to serve (the mpi launcher's rsh service); the driver's STOP, or
 the channel closing, releases it. A task whose channel drops before it said BYE
 died with its executor, and the driver reports the ranks of that task as lost.
@@ -17,7 +17,7 @@ from __future__ import annotations
 import threading
 from typing import Any
 
-from airflow_provider_hvd.runner.common.topology import Slot, assign_slots
+from airflow_provider_hvd.runner.common.rank_slots import Slot, assign_slots
 from airflow_provider_hvd.runner.wire.channel import Channel
 from airflow_provider_hvd.runner.wire.messages import Op
 

@@ -2,7 +2,7 @@
 
 Four kinds of peers connect, each with the run's secret (see channel.py):
   - a barrier *task*, once, to learn where every other task is (roster.py);
-  - a gloo rank's *rendezvous proxy*, run by its launcher (task/rendezvous_proxy.py), served by
+  - a gloo rank's *rendezvous proxy*, run by its launcher (barrier/rendezvous_proxy.py), served by
     the key-value store (kv_store.py);
   - a *launcher* (the barrier task, or a thread of the driver in local mode) that
     started a rank process and reports how it ended, forwarding its output;

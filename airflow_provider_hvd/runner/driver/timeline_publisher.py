@@ -1,7 +1,7 @@
 """The Horovod Timeline, delivered where the user asked, during the run and after it (driver side).
 
 Horovod's rank 0 writes a Chrome-trace JSON array to a local file (``HOROVOD_TIMELINE``).
-Its launcher tails that file (task/timeline_tail.py) and sends the bytes that can no
+Its launcher tails that file (barrier/timeline_tail.py) and sends the bytes that can no
 longer change to the driver, in bounded chunks, every ``timeline_interval`` seconds. Here
 each chunk is appended to a staging file on the driver's disk and feeds two outputs:
 

@@ -1,6 +1,6 @@
 """A failed barrier stage that stands for a worker whose Python cannot run ranks, in words.
 
-Every barrier task first checks its worker's Python (task/entry.py) and, on a miss, raises
+Every barrier task first checks its worker's Python (barrier/entry.py) and, on a miss, raises
 one marker line with a JSON report; what fails before any of our code runs (no such
 executable, a Python PySpark refuses, a version mismatch) comes back as Spark's own text.
 ``diagnose`` reads either out of Spark's job error and returns the WorkerEnvironmentError
@@ -26,7 +26,7 @@ _NO_PYSPARK = re.compile(r"No module named '?pyspark'?")
 # PySpark's daemon died while starting: Spark quotes its traceback under this line.
 _WORKER_START = re.compile(r"Error from python worker:\n(.*?)\n(?:PYTHONPATH was:|$)", re.S)
 _LIB_VERSION = re.compile(r"/(?:python|pypy)(\d+\.\d+)/")
-# The operator's application runs this package's worker daemon (task/worker_daemon.py): a worker
+# The operator's application runs this package's worker daemon (barrier/worker_daemon.py): a worker
 # Python without the package fails there, before the barrier task's own check could say so.
 # (runpy names a missing last module without quotes: "No module named a.b.worker_daemon".)
 _NO_PACKAGE = re.compile(r"No module named '?(airflow_provider_hvd[\w.]*)'?")

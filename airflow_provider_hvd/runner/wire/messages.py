@@ -108,7 +108,7 @@ class EventKind(enum.StrEnum):
 @dataclass(frozen=True)
 class TaskSpec:
     """Everything a barrier task needs; small, since Spark ships it with every task. The driver
-    builds it (driver/barrier_job.py), each task reads it (task/barrier_task.py)."""
+    builds it (driver/barrier_job.py), each task reads it (barrier/barrier_task.py)."""
     driver_host: str
     driver_port: int
     secret_hex: str
@@ -128,8 +128,8 @@ class TaskSpec:
         return fields
 
 
-# The environment that carries a run from mpirun to its ranks (task/mpi_run.py sets it,
-# rank/main.py reads and removes it before user code runs, task/rsh_agent.py reads the RSH ones).
+# The environment that carries a run from mpirun to its ranks (barrier/mpi_run.py sets it,
+# rank/main.py reads and removes it before user code runs, barrier/rsh_agent.py reads the RSH ones).
 class LaunchEnv(enum.StrEnum):
     DRIVER = "HVD_DRIVER_ADDR"
     SECRET = "HVD_RUN_SECRET"
@@ -147,12 +147,12 @@ class LaunchEnv(enum.StrEnum):
 # The modules processes start each other by (``python -m ...``): a rename that misses one of
 # these strings would start nothing, so tests/test_layout.py checks each can be found.
 RANK_MAIN_MODULE = "airflow_provider_hvd.runner.rank.main"
-RSH_AGENT_MODULE = "airflow_provider_hvd.runner.task.rsh_agent"
+RSH_AGENT_MODULE = "airflow_provider_hvd.runner.barrier.rsh_agent"
 
-# The line mpirun's rsh agent (task/rsh_agent.py) writes to mpirun's stderr when the orted it
-# started died of a signal, followed by a JSON {host, signal, code}; task/mpi_output.py reads it.
+# The line mpirun's rsh agent (barrier/rsh_agent.py) writes to mpirun's stderr when the orted it
+# started died of a signal, followed by a JSON {host, signal, code}; barrier/mpi_output.py reads it.
 DAEMON_DIED_MARKER = "HVD-MPI-DAEMON-DIED:"
 
-# The one line a barrier task raises when its Python cannot run a rank (task/entry.py), followed
+# The one line a barrier task raises when its Python cannot run a rank (barrier/entry.py), followed
 # by a JSON report; driver/worker_diagnosis.py finds it in Spark's job error.
 WORKER_REPORT_MARKER = "HVD-WORKER-ENVIRONMENT:"

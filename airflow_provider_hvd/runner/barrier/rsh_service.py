@@ -18,7 +18,7 @@ import threading
 from typing import Any
 
 from airflow_provider_hvd.runner.common.processes import kill_group, kill_tree
-from airflow_provider_hvd.runner.task.rank_environment import rank_base_env
+from airflow_provider_hvd.runner.barrier.rank_environment import rank_base_env
 from airflow_provider_hvd.runner.wire import channel as channel_mod
 from airflow_provider_hvd.runner.wire.messages import LaunchEnv, Op, Stream
 

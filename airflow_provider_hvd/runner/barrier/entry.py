@@ -48,7 +48,7 @@ def checked_barrier_task(spec_fields: dict, required: list, rows):
     if sys_.version_info[:2] < MIN_PYTHON:
         refuse("python", None, "airflow-provider-hvd needs Python >= %d.%d" % MIN_PYTHON)
     try:
-        from airflow_provider_hvd.runner.task import barrier_task
+        from airflow_provider_hvd.runner.barrier import barrier_task
         from airflow_provider_hvd.runner.wire.messages import TaskSpec
     except ImportError as exc:
         refuse("import", exc.name or "airflow_provider_hvd", f"{type(exc).__name__}: {exc}")

@@ -25,9 +25,9 @@ import threading
 from typing import Any
 
 from airflow_provider_hvd.runner.common.processes import kill_group
-from airflow_provider_hvd.runner.task.driver_link import DriverLink
-from airflow_provider_hvd.runner.task.output_lines import LineAssembler, pump
-from airflow_provider_hvd.runner.task.rendezvous_proxy import RendezvousProxy
+from airflow_provider_hvd.runner.barrier.driver_link import DriverLink
+from airflow_provider_hvd.runner.barrier.output_lines import LineAssembler, pump
+from airflow_provider_hvd.runner.barrier.rendezvous_proxy import RendezvousProxy
 from airflow_provider_hvd.runner.wire.messages import RANK_MAIN_MODULE, Op, Role, Stream
 
 TAIL_LINES = 30

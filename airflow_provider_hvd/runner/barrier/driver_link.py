@@ -7,7 +7,7 @@ from __future__ import annotations
 import threading
 from typing import Any, Callable
 
-from airflow_provider_hvd.runner.task.timeline_tail import TimelineTail
+from airflow_provider_hvd.runner.barrier.timeline_tail import TimelineTail
 from airflow_provider_hvd.runner.wire import channel as channel_mod
 from airflow_provider_hvd.runner.wire.messages import Op
 

@@ -14,7 +14,7 @@ import sys
 
 
 def main(argv: list[str]) -> int:
-    from airflow_provider_hvd.runner.task.mpi_output import CRASH_SIGNALS
+    from airflow_provider_hvd.runner.barrier.mpi_output import CRASH_SIGNALS
     from airflow_provider_hvd.runner.wire import channel as channel_mod
     from airflow_provider_hvd.runner.wire.messages import DAEMON_DIED_MARKER, LaunchEnv, Op, Role, Stream
 

@@ -26,10 +26,10 @@ from typing import Any
 
 from airflow_provider_hvd.runner.common.lifetime import die_with_parent
 from airflow_provider_hvd.runner.common.processes import kill_group, process_line, stop_tree
-from airflow_provider_hvd.runner.task.driver_link import DriverLink
-from airflow_provider_hvd.runner.task.mpi_output import TaggedOutput, failure_report
-from airflow_provider_hvd.runner.task.output_lines import LineAssembler, pump
-from airflow_provider_hvd.runner.task.rsh_service import OWN_SESSION_DIR, this_hosts_rank_env
+from airflow_provider_hvd.runner.barrier.driver_link import DriverLink
+from airflow_provider_hvd.runner.barrier.mpi_output import TaggedOutput, failure_report
+from airflow_provider_hvd.runner.barrier.output_lines import LineAssembler, pump
+from airflow_provider_hvd.runner.barrier.rsh_service import OWN_SESSION_DIR, this_hosts_rank_env
 from airflow_provider_hvd.runner.wire.messages import (
     RANK_MAIN_MODULE,
     RSH_AGENT_MODULE,

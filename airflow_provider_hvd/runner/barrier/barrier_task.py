@@ -26,17 +26,17 @@ def run_barrier_task(spec: TaskSpec, _rows):
     to run a rank (runs in the executor's Python worker)."""
     from pyspark import BarrierTaskContext
 
-    from airflow_provider_hvd.runner.task.gpus import task_gpu_addresses
+    from airflow_provider_hvd.runner.barrier.gpus import task_gpu_addresses
 
     ctx = BarrierTaskContext.get()
     if spec.launcher == "mpi":
         yield from _mpi_task(spec, ctx)
         return
-    from airflow_provider_hvd.runner.common.topology import assign_slots, gloo_env
-    from airflow_provider_hvd.runner.task.network import gloo_interface
-    from airflow_provider_hvd.runner.task.rank_environment import rank_base_env
-    from airflow_provider_hvd.runner.task.rank_process import RankProcess
-    from airflow_provider_hvd.runner.task.roster_member import RosterMember
+    from airflow_provider_hvd.runner.common.rank_slots import assign_slots, gloo_env
+    from airflow_provider_hvd.runner.barrier.addresses import gloo_interface
+    from airflow_provider_hvd.runner.barrier.rank_environment import rank_base_env
+    from airflow_provider_hvd.runner.barrier.rank_process import RankProcess
+    from airflow_provider_hvd.runner.barrier.roster_member import RosterMember
 
     member = RosterMember((spec.driver_host, spec.driver_port), bytes.fromhex(spec.secret_hex),
                           ctx.partitionId(), {"host": executor_host(ctx), "hostname": socket.gethostname()})
@@ -66,13 +66,13 @@ def _mpi_task(spec: TaskSpec, ctx):
     """Every task serves mpirun's rsh agent for its host; the task that holds rank 0 runs mpirun.
     Every task keeps serving until the driver releases it (the run is over), so no host's
     service closes while mpirun still needs it."""
-    from airflow_provider_hvd.runner.task.gpus import task_gpu_addresses
-    from airflow_provider_hvd.runner.common.topology import assign_slots
-    from airflow_provider_hvd.runner.task.mpi_run import MpiRun
-    from airflow_provider_hvd.runner.task.network import gloo_interface
-    from airflow_provider_hvd.runner.task.rank_environment import rank_base_env
-    from airflow_provider_hvd.runner.task.roster_member import RosterMember
-    from airflow_provider_hvd.runner.task.rsh_service import RshService
+    from airflow_provider_hvd.runner.barrier.gpus import task_gpu_addresses
+    from airflow_provider_hvd.runner.common.rank_slots import assign_slots
+    from airflow_provider_hvd.runner.barrier.mpi_run import MpiRun
+    from airflow_provider_hvd.runner.barrier.addresses import gloo_interface
+    from airflow_provider_hvd.runner.barrier.rank_environment import rank_base_env
+    from airflow_provider_hvd.runner.barrier.roster_member import RosterMember
+    from airflow_provider_hvd.runner.barrier.rsh_service import RshService
 
     secret = bytes.fromhex(spec.secret_hex)
     service = RshService(secret)

@@ -19,7 +19,7 @@ import sys
 import time
 from pathlib import Path
 
-from localcluster.topology import (
+from localcluster.hosts import (
     BRIDGE,
     DATA_IFACE,
     HOST_DIR,
