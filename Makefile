@@ -5,7 +5,7 @@ PY := .venv/bin/python
 TF_VENV := .venv-tf
 PYTEST_ARGS ?=
 
-.PHONY: setup setup-tensorflow prepare-tensorflow test test-tensorflow faults demo bench cluster cluster-down clean
+.PHONY: setup setup-tensorflow prepare-tensorflow test test-tensorflow faults demo dist bench cluster cluster-down clean
 
 setup:
 	scripts/setup.sh
@@ -34,6 +34,15 @@ faults: setup
 # The main job end to end on the embedded default (Spark local[*], local storage).
 demo: setup
 	scripts/demo.sh
+
+# What a script or notebook installs (README.md): this package's wheel and sdist, the horovod wheel
+# the set-up built for its torch, pyspark's wheels (PyPI has only sdists), and the pins as constraints.
+dist: setup
+	rm -rf dist
+	$(PY) -m build --outdir dist .
+	cp "$$(cat .venv/.horovod-wheel)" dist/
+	cp "$$(scripts/build_sdist_wheels.sh)"/*.whl dist/
+	$(PY) scripts/versions.py constraints > dist/constraints.txt
 
 # Against the peers, same run, same session: writes docs/benchmarks.md and its plots (~20 min;
 # `bench/run.py --only timeline` measures one section again).

@@ -4,6 +4,7 @@ import os
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import cloudpickle
 import psutil
@@ -113,17 +114,31 @@ def source_tree_copy(dest) -> str:
     return str(dest)
 
 
+def readme_block(marker: str) -> str:
+    """The fenced block that follows ``<!-- README <marker>`` in README.md: what a user copies."""
+    text = (Path(REPO) / "README.md").read_text()
+    after = text[text.index(f"<!-- README {marker}"):]
+    body = after[after.index("```"):].split("\n", 1)[1]
+    return body[:body.index("```")]
+
+
 @pytest.fixture(scope="session")
 def built_distributions(tmp_path_factory):
-    """The package's sdist and wheel, as `python -m build` makes them from the source tree, built once
-    for the tests that install it (test_packaging, test_provider_install)."""
+    """dist/ as README.md's install makes it (its first command, `make dist`), in a copy of the source
+    tree, built once for the tests that install it (test_packaging, test_provider_install). The suite's
+    own set-up is done: make is told not to redo it (-o setup), which would repoint .venv's editable
+    install at the copy."""
     root = tmp_path_factory.mktemp("build")
-    dist = root / "dist"
-    done = subprocess.run([sys.executable, "-m", "build", "--outdir", dist, source_tree_copy(root / "source")],
-                          cwd=root, capture_output=True, text=True, timeout=900)
-    assert done.returncode == 0, f"python -m build failed:\n{done.stdout[-3000:]}\n{done.stderr[-5000:]}"
-    (wheel,), (sdist,) = list(dist.glob("*.whl")), list(dist.glob("*.tar.gz"))
-    return {"wheel": wheel, "sdist": sdist}
+    source = Path(source_tree_copy(root / "source"))
+    (source / ".venv").symlink_to(Path(REPO) / ".venv")
+    make = readme_block("install").splitlines()[0].split("#")[0].strip()
+    assert make == "make dist", f"README's install no longer starts with make dist: {make!r}"
+    done = subprocess.run(["bash", "-c", make], cwd=source, env={**os.environ, "MAKEFLAGS": "-o setup"},
+                          capture_output=True, text=True, timeout=900)
+    assert done.returncode == 0, f"{make} failed:\n{done.stdout[-3000:]}\n{done.stderr[-5000:]}"
+    dist = source / "dist"
+    (wheel,), (sdist,) = list(dist.glob("airflow_provider_hvd-*.whl")), list(dist.glob("*.tar.gz"))
+    return {"wheel": wheel, "sdist": sdist, "source": source}
 
 
 @pytest.fixture(scope="session")

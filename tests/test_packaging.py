@@ -17,7 +17,7 @@ import time
 from pathlib import Path
 
 import pytest
-from conftest import assert_no_run_processes, user_env
+from conftest import assert_no_run_processes, readme_block, user_env
 from spark_cluster import StandaloneCluster
 
 REPO = Path(__file__).resolve().parent.parent
@@ -65,17 +65,8 @@ INTERACTIVE = textwrap.dedent("""
     spark.stop()
 """)
 
-USER_DAG = textwrap.dedent("""
-    import pendulum
-    from airflow.sdk import DAG
-
-    from airflow_provider_hvd.operators.horovod_runner import HorovodRunnerOperator
-""") + TRAIN + textwrap.dedent("""
-    with DAG("my_training", start_date=pendulum.datetime(2026, 1, 1), schedule=None, catchup=False):
-        # spark_conn_id=None: Spark local[*] here, asked for (a missing connection is an error).
-        HorovodRunnerOperator(task_id="train", python_callable=train, op_kwargs={"scale": 10}, np=2,
-                              storage_path="file://{storage}", spark_conn_id=None)
-""")
+# README.md's own DAG, with the storage path of the test.
+USER_DAG = readme_block("DAG").replace("file:///tmp/my-training", "file://{storage}")
 
 # The driver of a cluster whose workers lack every package: the environment travels as an archive.
 ARCHIVES_USER = textwrap.dedent("""
@@ -111,22 +102,16 @@ def run(cmd, timeout=900, **kwargs):
 
 @pytest.fixture(scope="module")
 def installed(tmp_path_factory, built_distributions, sdist_wheels):
-    """sdist + wheel built; a fresh venv with the wheel and horovod; that venv packed for
-    spark.archives; then the Airflow extra added to it for the DAG test."""
+    """README.md's install (make dist, done by built_distributions; then a fresh venv and pip) into a
+    folder outside the repository; that venv packed for spark.archives; then the Airflow extra added
+    to it for the DAG test."""
     root = tmp_path_factory.mktemp("user")
     wheel = built_distributions["wheel"]
     t0 = time.monotonic()
-    horovod_wheel = (Path(sys.prefix) / ".horovod-wheel").read_text().strip()
     env = root / "env"
-    # --copies: Hadoop's unpacker refuses an archive whose bin/python links outside it.
-    run([sys._base_executable, "-m", "venv", "--copies", env])
-    # The exact versions CI proves (the package itself declares ranges): torch must be the one
-    # the horovod wheel was built against.
-    constraints = root / "constraints.txt"
-    constraints.write_text(run([sys.executable, REPO / "scripts" / "versions.py", "constraints"]).stdout)
-    pip = [env / "bin" / "python", "-m", "pip", "install", "-q", "--disable-pip-version-check", "-c", constraints,
-           "--find-links", sdist_wheels]
-    run([*pip, f"{wheel}[training]", horovod_wheel], env=user_env())
+    steps = readme_block("install").split("\n", 1)[1].replace("~/hvd", str(env))
+    run(["bash", "-euo", "pipefail", "-c", steps], cwd=built_distributions["source"], env=user_env())
+    constraints = built_distributions["source"] / "dist" / "constraints.txt"
     t_install = time.monotonic()
     archive = root / "environment.tar.gz"
     # Workers take pyspark from Spark itself, so its 450 MB of jars can stay behind; level 0
@@ -161,6 +146,14 @@ def test_the_wheel_holds_the_package_and_nothing_else(installed):
     with tarfile.open(installed["sdist"]) as sdist:
         members = sdist.getnames()
     assert any(m.endswith("/pyproject.toml") for m in members) and any(m.endswith("/README.md") for m in members)
+
+
+def test_the_readmes_script_runs_as_written(installed, tmp_path):
+    script = tmp_path / "readme.py"
+    script.write_text(readme_block("script"))
+    done = run([installed["python"], script], cwd=tmp_path, env=user_env(), timeout=300)
+    assert "RESULT 30.0" in done.stdout and "LOCAL 30.0" in done.stdout, done.stdout[-2000:] + done.stderr[-3000:]
+    assert_no_run_processes()
 
 
 def test_a_users_script_on_local_master_needs_no_configuration(installed, tmp_path):
