@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 from airflow_provider_hvd import __version__
+from airflow_provider_hvd.runner.defaults import OPTIONS
 
 
 # The ``horovod`` connection's form, read by Airflow's UI without importing the hook (Airflow >= 3.2).
-# The extra fields are the settings HorovodHook.setting() reads, and only those: storage_path,
-# kubernetes_secret and every runner option of runner/defaults.OPTIONS (tested).
+# The extra fields are the settings HorovodHook.setting() reads, and only those: where runs keep their
+# files, what cluster mode needs, and every runner option of runner/defaults.OPTIONS (tested).
 CONN_FIELDS = {
     "storage_path": {
         "label": "Storage path",
@@ -34,58 +35,9 @@ CONN_FIELDS = {
                        "this host's pyspark jars/spark-core_*.jar).",
         "schema": {"type": ["string", "null"]},
     },
-    "launcher": {
-        "label": "Launcher",
-        "description": "mpi, gloo, or auto (mpi when OpenMPI and an MPI-enabled horovod are present).",
-        "schema": {"type": ["string", "null"], "enum": ["auto", "gloo", "mpi", None]},
-    },
-    "driver_log_verbosity": {
-        "label": "Rank output in the task log",
-        "description": "all: every rank's stdout and stderr; log_callback_only: only log_to_driver messages.",
-        "schema": {"type": ["string", "null"], "enum": ["all", "log_callback_only", None]},
-    },
-    "mpi_args": {
-        "label": "Extra mpirun arguments",
-        "description": 'For launcher mpi: one string ("-mca btl tcp,self") or a JSON list.',
-        "schema": {"type": ["string", "array", "null"]},
-    },
-    "start_timeout": {
-        "label": "Start timeout (s)",
-        "description": "Seconds for every rank to start (default 120).",
-        "schema": {"type": ["number", "null"], "exclusiveMinimum": 0},
-    },
-    "stall_timeout": {
-        "label": "Stall timeout (s)",
-        "description": "Seconds a rank may wait in a collective the others never join (default 600; \"none\": forever).",
-        "schema": {"type": ["number", "string", "null"]},
-    },
-    "timeout": {
-        "label": "Run timeout (s)",
-        "description": "Seconds for the whole training run (default: no limit).",
-        "schema": {"type": ["number", "string", "null"]},
-    },
-    "slot_wait_timeout": {
-        "label": "Slot wait (s)",
-        "description": "Seconds to wait for np free task slots, before the first attempt and each restart "
-                       "(default 30; raise it on an autoscaling cluster).",
-        "schema": {"type": ["number", "null"], "minimum": 0},
-    },
-    "timeline_interval": {
-        "label": "Timeline refresh (s)",
-        "description": "Seconds between refreshes of the timeline's live view (default 5).",
-        "schema": {"type": ["number", "null"], "exclusiveMinimum": 0},
-    },
-    "timeline_live_bytes": {
-        "label": "Timeline live view (bytes)",
-        "description": "Size of the live view's window of recent events (default 8 MiB; 0: no live view).",
-        "schema": {"type": ["integer", "null"], "minimum": 0},
-    },
-    "max_restarts": {
-        "label": "Max restarts",
-        "description": "Restarts of the ranks inside a task after a lost executor, host or rank, each from the "
-                       "run's newest checkpoint (default 0).",
-        "schema": {"type": ["integer", "null"], "minimum": 0},
-    },
+    # Every runner option, as runner/defaults.py defines it.
+    **{option.name: {"label": option.label, "description": f"{option.help.replace('`', '')} (default {option.shown_default()}).",
+                     "schema": option.schema} for option in OPTIONS.values()},
 }
 UI_FIELD_BEHAVIOUR = {
     "hidden-fields": ["host", "schema", "login", "port"],

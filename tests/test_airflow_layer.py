@@ -325,12 +325,6 @@ def test_runner_options_come_from_the_operator_then_the_connection_then_the_defa
     # What the Spark application receives, parsed as it parses it, reaches HorovodRunner's arguments.
     parsed = spark_app.parse_args(["--payload", "p", "--result", "r", "--np", "2", "--options", json.dumps(options)])
     assert parsed.options == {**options, "mpi_args": ("-mca", "btl", "tcp,self")}
-    import inspect
-
-    from airflow_provider_hvd import HorovodRunner
-    runner_args = inspect.signature(HorovodRunner).parameters
-    assert set(defaults.OPTIONS) <= set(runner_args)
-    assert all(runner_args[name].default == default for name, (default, _) in defaults.OPTIONS.items())
     # Templated values, as rendering without native objects leaves them.
     templated = HorovodRunnerOperator(task_id="t", python_callable=print, np="{{ params.np }}",
                                       max_restarts="{{ params.r }}")

@@ -32,7 +32,7 @@ def _is_template(value: object) -> bool:
 
 
 class HorovodRunnerOperator(BaseOperator):
-    """Run ``python_callable(**op_kwargs)`` as ``np`` Horovod ranks in a Spark application.
+    __doc__ = """Run ``python_callable(**op_kwargs)`` as ``np`` Horovod ranks in a Spark application.
 
     ``execute`` chooses the placement, signs the callable and its rendered kwargs into the try's
     storage ``<storage_path>/<dag_id>/<run_id>/<task_id>/try-<n>/`` (XCom ``payload``), submits the
@@ -83,28 +83,11 @@ class HorovodRunnerOperator(BaseOperator):
     :param unpickle_result: ``True``: a result that is not JSON is read, verified and unpickled
         here and returned itself (your XCom backend must be able to store it); default: its URI.
 
-    HorovodRunner's options, each templated; one left unset (None) takes the ``horovod``
-    connection's field of the same name, else the default in ``runner/defaults.py``. Where a
-    limit can be lifted, pass ``"none"`` (None means "not set here"):
+    HorovodRunner's options, each templated; one left unset (None) takes the ``horovod`` connection's
+    field of the same name, else its default (runner/defaults.py). ``"none"`` lifts a limit:
 
-    :param driver_log_verbosity: ``all`` (default) or ``log_callback_only``.
-    :param launcher: ``auto`` (default), ``gloo`` or ``mpi``.
-    :param mpi_args: extra mpirun arguments: a list, or one string of them.
-    :param start_timeout: seconds for every rank to start (default 120).
-    :param stall_timeout: seconds a rank may wait in a collective the others never join
-        (default 600; ``"none"``: forever).
-    :param timeout: seconds for the whole training run (default: ``"none"``).
-    :param slot_wait_timeout: seconds to wait for ``np`` free task slots, before the first
-        attempt and before each restart (default 30; raise it on an autoscaling cluster).
-    :param timeline_interval: seconds between refreshes of the timeline's live view (default 5).
-    :param timeline_live_bytes: size of the live view's window of recent events (default
-        8 MiB); 0: no live view.
-    :param max_restarts: restarts of the rank group inside this task's Spark application after
-        a failure a restart can cure (a lost executor or host, a rank killed by a signal, a
-        network failure between ranks), each resuming from the newest checkpoint the run wrote
-        under ``checkpoint_path``; an exception of the callable is never restarted (default 0).
-        Cheaper than an Airflow retry: no new spark-submit, no new application.
-    """
+{options}
+    """.replace("{options}", defaults.param_doc())
 
     template_fields: Sequence[str] = ("np", "op_kwargs", "storage_path", "timeline", "checkpoint_path",
                                       "resume_from_checkpoint", "env", "conf", *defaults.OPTIONS)
@@ -148,15 +131,11 @@ class HorovodRunnerOperator(BaseOperator):
         self.env = env or {}
         self.conf = conf or {}
         self.unpickle_result = unpickle_result
-        given = {"driver_log_verbosity": driver_log_verbosity, "launcher": launcher, "mpi_args": mpi_args,
-                 "start_timeout": start_timeout, "stall_timeout": stall_timeout, "timeout": timeout,
-                 "slot_wait_timeout": slot_wait_timeout, "timeline_interval": timeline_interval,
-                 "timeline_live_bytes": timeline_live_bytes, "max_restarts": max_restarts}
-        assert set(given) == set(defaults.OPTIONS), "every runner option is an argument of the operator"
-        for name, value in given.items():
-            if value is not None and not _is_template(value):
-                defaults.parse_option(name, value)  # a bad value fails when the DAG is parsed
-            setattr(self, name, value)
+        given = locals()
+        for name in defaults.OPTIONS:  # every one is an argument above (tests/test_options.py)
+            if given[name] is not None and not _is_template(given[name]):
+                defaults.parse_option(name, given[name])  # a bad value fails when the DAG is parsed
+            setattr(self, name, given[name])
         self._placement: Placement | None = None
         self.link_urls: dict[str, str] = {}  # extra link name -> URL, as learnt during execute
 
@@ -259,7 +238,7 @@ class HorovodRunnerOperator(BaseOperator):
             timeline_path = files.timeline if self.timeline is True else ObjectStoragePath(self.timeline)
             ti.xcom_push(key="timeline", value=str(timeline_path))
             publish_link(self, ti, HorovodTimelineLink, str(timeline_path))
-            if self.runner_options().get("timeline_live_bytes", defaults.TIMELINE_LIVE_BYTES):
+            if self.runner_options().get("timeline_live_bytes", defaults.default("timeline_live_bytes")):
                 ti.xcom_push(key="timeline_live", value=live_view_location(str(timeline_path)))
         return {**self.env, CHECKPOINT_DIR_ENV: plain_url(checkpoint_dir)}, timeline_path
 

@@ -34,103 +34,52 @@ log = logging.getLogger("airflow_provider_hvd.runner")
 
 
 class HorovodRunner:
-    """Run ``main(**kwargs)`` as ``np`` Horovod ranks and return rank 0's return value.
+    __doc__ = f"""Run ``main(**kwargs)`` as ``np`` Horovod ranks and return rank 0's return value.
 
-    :param np: ``np > 0``: one Spark barrier stage of ``np`` tasks, one rank per
-        task slot, on the active SparkSession or SparkContext (or ``spark``). ``np < 0``: ``-np``
-        ranks as subprocesses of the driver, no Spark job, for debugging.
-    :param driver_log_verbosity: ``"all"`` (default) streams every rank's stdout
-        and stderr to the driver, line by line, as ``[rank]<stdout>: ...``;
-        ``"log_callback_only"`` streams only ``log_to_driver`` messages. The
-        default is ``"all"`` because under Airflow the task log is the only log a
-        user opens: warnings, progress bars and library errors printed by the ranks
-        would otherwise stay in executor logs that few can reach. Use
-        ``"log_callback_only"`` for chatty training loops.
-    :param launcher: ``"mpi"``: mpirun started from the barrier stage, reaching other
-        hosts through the barrier tasks (no ssh); ``"gloo"``: each task starts its
-        rank, with gloo's rendezvous served by the driver; ``"auto"`` (default): mpi when
-        OpenMPI and an MPI-enabled horovod are present, else gloo (the choice is logged).
-    :param mpi_args: extra mpirun arguments (launcher mpi), e.g. ``["-mca", "btl", "tcp,self"]``.
+    :param np: ``np > 0``: one Spark barrier stage of ``np`` tasks, one rank per task slot, on the
+        active SparkSession or SparkContext (or ``spark``). ``np < 0``: ``-np`` ranks as subprocesses
+        of the driver, no Spark job, for debugging.
     :param env: extra environment variables for every rank.
-    :param start_timeout: seconds within which every rank process must have
-        started and connected back, or ``run`` fails naming the missing ranks.
-    :param stall_timeout: seconds a rank may wait in a collective (allreduce,
-        broadcast, ...) that other ranks never join, before the run fails naming
-        the ranks that stalled (default 600; ``None`` waits forever). Watched in
-        every rank for horovod.torch collectives.
-    :param timeout: seconds the whole run may take, after which it fails naming the
-        ranks that had not returned (default ``None``: no limit).
     :param spark: a SparkSession or SparkContext to use instead of the active one.
-    :param slot_wait_timeout: on a cluster, seconds to wait for executors to
-        register until ``np`` slots are free, before failing with the count.
-    :param log_sink: ``callable(rank, stream, line)`` receiving rank output;
-        defaults to printing on stdout.
-    :param timeline: where to deliver the Horovod Timeline recorded on rank 0: a
-        path or an fsspec URL, as seen from the driver. Defaults to
-        ``HOROVOD_TIMELINE`` from ``env`` or the driver's environment. The complete
-        timeline is written there once, when training ends (also when it fails), byte
-        for byte what Horovod wrote. While training runs, a live view
-        (``<name>.live.json`` beside it: a valid Chrome trace of the most recent
-        ``timeline_live_bytes`` of events) is refreshed every ``timeline_interval``
-        seconds; it is removed once the complete file is written.
-    :param timeline_interval: seconds between refreshes of the live view.
-    :param timeline_live_bytes: size of the live view's window (default 8 MiB); 0: no
-        live view, only the complete file at the end.
-    :param max_restarts: how many times a run that fails for a cause a restart can cure (a
-        lost executor or host, a rank killed by a signal, a network failure between ranks:
-        the table in driver/restart_policy.py) is relaunched, within this ``run()``, from the
-        newest checkpoint it wrote under ``checkpoint_dir``. Before each restart the runner
-        waits up to ``slot_wait_timeout`` for ``np`` free slots. An exception raised by the
-        training function is never restarted. Default 0: the first failure fails the run.
-    :param checkpoint_dir: the run's checkpoint folder (path or fsspec URL, the same for the
-        driver and the ranks): the ranks read it with ``checkpoint_dir()``, restarts resume
-        from the newest checkpoint written there. Defaults to ``HVD_CHECKPOINT_DIR`` in ``env``.
+    :param log_sink: ``callable(rank, stream, line)`` receiving rank output; default: printed on stdout.
+    :param timeline: where to deliver rank 0's Horovod Timeline (a path or an fsspec URL, as seen from
+        the driver; default ``HOROVOD_TIMELINE`` from ``env`` or the driver's environment): the complete
+        file once, when training ends; a live view of the most recent events beside it while it runs.
+    :param checkpoint_dir: the run's checkpoint folder (path or fsspec URL, the same for the driver and
+        the ranks; default ``HVD_CHECKPOINT_DIR`` in ``env``): ranks read it with ``checkpoint_dir()``,
+        restarts resume from the newest checkpoint written there.
+
+    The run's options (runner/defaults.py, README.md's table; ``None`` lifts a limit):
+
+{defaults.param_doc("    ")}
     """
 
-    def __init__(self, *, np: int, driver_log_verbosity: str = defaults.DRIVER_LOG_VERBOSITY,
-                 launcher: str = defaults.LAUNCHER, env: dict[str, str] | None = None,
-                 start_timeout: float = defaults.START_TIMEOUT_S, spark=None,
-                 slot_wait_timeout: float = defaults.SLOT_WAIT_TIMEOUT_S, log_sink: LogSink | None = None,
-                 timeline: str | os.PathLike | None = None, timeline_interval: float = defaults.TIMELINE_INTERVAL_S,
-                 timeline_live_bytes: int = defaults.TIMELINE_LIVE_BYTES, mpi_args: list[str] | tuple[str, ...] = (),
-                 stall_timeout: float | None = defaults.STALL_TIMEOUT_S,
-                 timeout: float | None = defaults.TIMEOUT_S, max_restarts: int = defaults.MAX_RESTARTS,
+    def __init__(self, *, np: int, driver_log_verbosity: str = defaults.default("driver_log_verbosity"),
+                 launcher: str = defaults.default("launcher"), env: dict[str, str] | None = None,
+                 start_timeout: float = defaults.default("start_timeout"), spark=None,
+                 slot_wait_timeout: float = defaults.default("slot_wait_timeout"), log_sink: LogSink | None = None,
+                 timeline: str | os.PathLike | None = None,
+                 timeline_interval: float = defaults.default("timeline_interval"),
+                 timeline_live_bytes: int = defaults.default("timeline_live_bytes"),
+                 mpi_args: list[str] | tuple[str, ...] = defaults.default("mpi_args"),
+                 stall_timeout: float | None = defaults.default("stall_timeout"),
+                 timeout: float | None = defaults.default("timeout"),
+                 max_restarts: int = defaults.default("max_restarts"),
                  checkpoint_dir: str | os.PathLike | None = None):
-        np = defaults.check_np(np)
-        self.max_restarts = defaults.check_max_restarts(max_restarts)
-        if driver_log_verbosity not in defaults.VERBOSITIES:
-            raise ValueError(f"driver_log_verbosity={driver_log_verbosity!r}: use one of "
-                             f"{', '.join(defaults.VERBOSITIES)}")
+        given = locals()
+        for name, option in defaults.OPTIONS.items():
+            setattr(self, name, option.check(given[name]))
+        self.np = defaults.check_np(np)
+        self.launcher = resolve_launcher(self.launcher)
         env = dict(env or {})
         bad = {k: v for k, v in env.items() if not isinstance(k, str) or not isinstance(v, str)}
         if bad:
             raise TypeError(f"env must map str to str; these entries do not: {bad!r}")
-        for name, value, optional in (("start_timeout", start_timeout, False),
-                                      ("stall_timeout", stall_timeout, True), ("timeout", timeout, True)):
-            if value is None and optional:
-                continue
-            if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0:
-                raise ValueError(f"{name} must be a number of seconds > 0{' or None' if optional else ''}, "
-                                 f"got {value!r}")
-        self.stall_timeout = None if stall_timeout is None else float(stall_timeout)
-        self.timeout = None if timeout is None else float(timeout)
-        self.np = np
-        self.driver_log_verbosity = driver_log_verbosity
-        self.launcher = resolve_launcher(launcher)
-        if isinstance(mpi_args, str):
-            raise TypeError(f"mpi_args must be a list of arguments, got the string {mpi_args!r}")
-        self.mpi_args = tuple(str(a) for a in mpi_args)
         self.env = env
-        self.start_timeout = float(start_timeout)
-        self.slot_wait_timeout = float(slot_wait_timeout)
         self._spark = spark
         self._log_sink = log_sink or print_log_sink()
         timeline = timeline or env.get("HOROVOD_TIMELINE") or os.environ.get("HOROVOD_TIMELINE")
         self.timeline = str(timeline) if timeline else None
-        if not timeline_interval > 0:
-            raise ValueError(f"timeline_interval must be > 0 seconds, got {timeline_interval!r}")
-        self.timeline_interval = float(timeline_interval)
-        self.timeline_live_bytes = defaults.check_timeline_live_bytes(timeline_live_bytes)
         checkpoint_dir = checkpoint_dir or env.get(CHECKPOINT_DIR_ENV)
         self.checkpoint_dir = str(checkpoint_dir) if checkpoint_dir else None
         if self.max_restarts and not self.checkpoint_dir:
