@@ -321,6 +321,6 @@ def test_bad_payload_is_refused_by_a_real_rank_before_unpickling(kind, says, tmp
         exc = next(e.data for e in events if e.kind == "exception")
     finally:
         service.close()
-    assert exc["type"] == "PayloadError" and exc["while_loading"] and says in exc["message"]
+    assert exc.type == "PayloadError" and exc.while_loading and says in exc.message
     assert not tripwire.exists()
-    record.observe(f"PayloadError: {exc['message']}")
+    record.observe(f"PayloadError: {exc.message}")

@@ -13,6 +13,8 @@ import pytest
 from airflow_provider_hvd.runner.driver.service import Event
 from airflow_provider_hvd.runner.errors import HorovodRunError, RankFailedError
 from airflow_provider_hvd.runner.driver.monitor import RunMonitor
+from airflow_provider_hvd.runner.wire.messages import EventKind, Exited
+from airflow_provider_hvd.runner.wire.hellos import LauncherHello, RankHello
 
 # Spark 4.2.0's message for a standalone executor SIGKILLed under a barrier task (CI log, 2026-12-02).
 EXECUTOR_LOST = (
@@ -27,8 +29,9 @@ def running_monitor(ranks_of_task):
     events = queue.Queue()
     hosts = ["127.0.0.2", "127.0.0.3"]
     for rank in (0, 1):  # mpirun's launcher speaks for both ranks
-        events.put(Event("launcher_started", rank, {"host": hosts[0], "hosts": hosts}))
-        events.put(Event("rank_started", rank, {"pid": 1000 + rank}))
+        events.put(Event(EventKind.LAUNCHER_STARTED, rank, LauncherHello(rank=0, host=hosts[0], hosts=hosts,
+                                                                        ranks=[0, 1])))
+        events.put(Event(EventKind.RANK_STARTED, rank, RankHello(rank=rank, pid=1000 + rank)))
     return events, RunMonitor(2, events, start_timeout=60, where="test", ranks_of_task=ranks_of_task)
 
 
@@ -46,7 +49,7 @@ def test_a_lost_executor_is_named_by_its_rank_and_host_when_spark_reports_first(
 
 def test_a_rank_level_report_within_the_grace_wins_over_the_spark_error():
     events, monitor = running_monitor({0: [0], 1: [1]}.get)
-    events.put(Event("exited", 1, {"returncode": -9, "signal": "SIGKILL", "host": "127.0.0.3", "tail": []}))
+    events.put(Event(EventKind.EXITED, 1, Exited(returncode=-9, signal="SIGKILL", host="127.0.0.3", tail=[])))
     with pytest.raises(RankFailedError, match="rank 1 .* was killed by signal SIGKILL"):
         monitor.wait(lambda: RuntimeError(EXECUTOR_LOST))
 
@@ -63,8 +66,8 @@ def test_an_open_mpi_daemon_crash_is_named_at_once_in_our_words():
 
     events, monitor = running_monitor(lambda partition: [])
     tail = ["<mpirun> [host:1] Signal: Segmentation fault (11)", "<mpirun> ORTE was unable to reliably start"]
-    events.put(Event("exited", 0, {"returncode": 1, "tail": tail, "daemon": {
-        "process": "orted", "host": "127.0.0.3", "signal": "SIGSEGV", "code": 139}}))
+    events.put(Event(EventKind.EXITED, 0, Exited(returncode=1, tail=tail, daemon={
+        "process": "orted", "host": "127.0.0.3", "signal": "SIGSEGV", "code": 139})))
     t0 = time.monotonic()
     with pytest.raises(MpiDaemonCrashError) as info:
         monitor.wait()

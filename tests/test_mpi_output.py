@@ -86,18 +86,18 @@ def test_an_orted_crash_is_reported_as_open_mpis_with_its_own_lines():
     from airflow_provider_hvd.runner.barrier.mpi_output import failure_report
 
     report = failure_report(1, ORTED_CRASH, {}, mpirun_host="127.0.0.3")
-    assert report["daemon"] == {"process": "orted", "host": "127.0.0.2", "signal": "SIGSEGV", "code": 139}
-    assert "<mpirun> [host:12345] Signal: Segmentation fault (11)" in report["tail"]
-    assert not any("HVD-MPI-DAEMON-DIED" in line for line in report["tail"])
+    assert report.daemon == {"process": "orted", "host": "127.0.0.2", "signal": "SIGSEGV", "code": 139}
+    assert "<mpirun> [host:12345] Signal: Segmentation fault (11)" in report.tail
+    assert not any("HVD-MPI-DAEMON-DIED" in line for line in report.tail)
 
 
 def test_mpirun_crashing_itself_is_named_but_being_stopped_is_not_a_crash():
     from airflow_provider_hvd.runner.barrier.mpi_output import failure_report
 
     crashed = failure_report(-11, ["Segmentation fault"], {}, mpirun_host="127.0.0.3")
-    assert crashed["daemon"] == {"process": "mpirun", "host": "127.0.0.3", "signal": "SIGSEGV", "code": -11}
-    assert "daemon" not in failure_report(-15, [], {}, mpirun_host="127.0.0.3")  # our own stop
-    assert "daemon" not in failure_report(-9, [], {}, mpirun_host="127.0.0.3")   # a lost executor, OOM
+    assert crashed.daemon == {"process": "mpirun", "host": "127.0.0.3", "signal": "SIGSEGV", "code": -11}
+    assert failure_report(-15, [], {}, mpirun_host="127.0.0.3").daemon is None  # our own stop
+    assert failure_report(-9, [], {}, mpirun_host="127.0.0.3").daemon is None   # a lost executor, OOM
 
 
 def test_the_rsh_agent_reads_a_crash_from_the_shells_exit_code():
@@ -115,4 +115,4 @@ def test_daemons_that_never_started_keep_what_was_said_before_open_mpis_help_tex
             "ORTE was unable to reliably start one or more daemons.",
             "This usually is caused by:", *[f"help line {i}" for i in range(20)]]
     report = failure_report(213, said, {}, mpirun_host="127.0.0.2")
-    assert "<mpirun> rsh_agent: the barrier task on 127.0.0.3 went away" in report["tail"]
+    assert "<mpirun> rsh_agent: the barrier task on 127.0.0.3 went away" in report.tail

@@ -41,7 +41,7 @@ def test_the_barrier_task_itself_needs_no_package_on_the_worker():
     from pyspark import cloudpickle as spark_cloudpickle
 
     from airflow_provider_hvd.runner.driver.barrier_job import stage_function
-    from airflow_provider_hvd.runner.wire.messages import LaunchEnv, TaskSpec
+    from airflow_provider_hvd.runner.wire.launch import LaunchEnv, TaskSpec
 
     spec = TaskSpec(driver_host="127.0.0.1", driver_port=1, secret_hex="00", forward_output=True,
                     env={LaunchEnv.STALL_TIMEOUT: "600", "USER_VAR": "1"}, launcher="mpi", mpi_args=("-v",))

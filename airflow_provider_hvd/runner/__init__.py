@@ -12,6 +12,7 @@ A run spans three kinds of process, and the folders say which module runs where:
   driver/          the Spark driver (a notebook, a script, or spark_app)
     service          the driver's end of every channel: payload, roster, logs, results, failures
     monitor          turns the service's events into progress, rank 0's result or an error
+    run_failures     the errors a run ends with, in words
     roster           barrier tasks learn every task's host from the driver (one round trip)
     kv_store         gloo's rendezvous store, reached through the run's channel only
     barrier_job      np > 0: the Spark barrier stage, in a thread and job group of its own
@@ -49,7 +50,10 @@ A run spans three kinds of process, and the folders say which module runs where:
 
   wire/            what the processes say to each other
     channel          authenticated, framed TCP
-    messages         every role, op, stream, event, the task spec, the launch environment
+    messages         every op, stream and event, and each message as a declared type
+    hellos           the first frame of every connection: who the peer is
+    launch           the task spec, the launch environment, the modules processes start by
+    driver_log       the shipped driver output's chunks and heartbeat (read by the Airflow side)
     payload          HMAC-signed cloudpickle envelopes for the call and its result
 
   common/          plain helpers every process may use

@@ -28,7 +28,7 @@ from airflow_provider_hvd.runner.driver.service import DriverService, LogSink, p
 from airflow_provider_hvd.runner.driver.timeline_publisher import TimelinePublisher, attempt_location
 from airflow_provider_hvd.runner.errors import HorovodRunError
 from airflow_provider_hvd.runner.wire import payload
-from airflow_provider_hvd.runner.wire.messages import LaunchEnv, TaskSpec
+from airflow_provider_hvd.runner.wire.launch import LaunchEnv, TaskSpec
 
 log = logging.getLogger("airflow_provider_hvd.runner")
 
@@ -271,7 +271,7 @@ class HorovodRunner:
             return getattr(self._spark, "sparkContext", self._spark)  # a SparkSession or a SparkContext
         session = SparkSession.getActiveSession()
         # With neither, a SparkContext: the barrier stage is an RDD job, and a new SparkSession would
-        # load Spark SQL for nothing (about 2 s).
+        # load Spark SQL for nothing.
         return session.sparkContext if session is not None else SparkContext.getOrCreate()
 
 

@@ -18,7 +18,7 @@ import json
 import os
 import socket
 
-from airflow_provider_hvd.runner.wire.messages import LaunchEnv, TaskSpec
+from airflow_provider_hvd.runner.wire.launch import LaunchEnv, TaskSpec
 
 
 def run_barrier_task(spec: TaskSpec, _rows):

@@ -5,15 +5,16 @@ and the mpi launcher (mpi_run)."""
 from __future__ import annotations
 
 import threading
-from typing import Any, Callable
+from typing import Callable
 
 from airflow_provider_hvd.runner.barrier.timeline_tail import TimelineTail
 from airflow_provider_hvd.runner.wire import channel as channel_mod
-from airflow_provider_hvd.runner.wire.messages import Op
+from airflow_provider_hvd.runner.wire.messages import Bye, Exited, Message, Op, Timeline
+from airflow_provider_hvd.runner.wire.hellos import LauncherHello
 
 
 class DriverLink:
-    def __init__(self, driver: tuple[str, int], secret: bytes, hello: dict[str, Any]):
+    def __init__(self, driver: tuple[str, int], secret: bytes, hello: LauncherHello):
         self.channel = channel_mod.connect(driver, secret, hello)
         self._timeline_tail: TimelineTail | None = None
         self._timeline_done = threading.Event()
@@ -22,10 +23,10 @@ class DriverLink:
         # thread has read and not yet sent, or the driver would stage them out of order.
         self._timeline_lock = threading.Lock()
 
-    def send(self, message: dict[str, Any]) -> None:
+    def send(self, message: Message) -> None:
         """Best effort: once the driver is gone there is nobody left to tell."""
         try:
-            self.channel.send_json(message)
+            self.channel.send_message(message)
         except OSError:
             pass
 
@@ -54,11 +55,11 @@ class DriverLink:
         with self._timeline_lock:
             while (final or not self._timeline_done.is_set()) and (chunk := self._timeline_tail.read_new(final=final)):
                 try:
-                    self.channel.send_json_with_bytes({"op": Op.TIMELINE, "size": len(chunk)}, chunk)
+                    self.channel.send_message(Timeline(size=len(chunk)), chunk)
                 except OSError:
                     return
 
-    def finish(self, reports: list[dict[str, Any]]) -> None:
+    def finish(self, reports: list[Exited]) -> None:
         """Ship the rest of the timeline (after a failure too), send the exit reports, say bye."""
         if self._timeline_tail is not None:
             self._timeline_done.set()
@@ -66,5 +67,5 @@ class DriverLink:
             self._send_timeline(final=True)
         for report in reports:
             self.send(report)
-        self.send({"op": Op.BYE})
+        self.send(Bye())
         self.channel.close()

@@ -18,7 +18,7 @@ from __future__ import annotations
 import sys
 
 # A plain str, captured by value with the function (an import of our package is what may fail).
-from airflow_provider_hvd.runner.wire.messages import WORKER_REPORT_MARKER
+from airflow_provider_hvd.runner.wire.launch import WORKER_REPORT_MARKER
 
 MIN_PYTHON = (3, 11)
 
@@ -49,7 +49,7 @@ def checked_barrier_task(spec_fields: dict, required: list, rows):
         refuse("python", None, "airflow-provider-hvd needs Python >= %d.%d" % MIN_PYTHON)
     try:
         from airflow_provider_hvd.runner.barrier import barrier_task
-        from airflow_provider_hvd.runner.wire.messages import TaskSpec
+        from airflow_provider_hvd.runner.wire.launch import TaskSpec
     except ImportError as exc:
         refuse("import", exc.name or "airflow_provider_hvd", f"{type(exc).__name__}: {exc}")
     for name in required:

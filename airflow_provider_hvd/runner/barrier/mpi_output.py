@@ -7,7 +7,8 @@ import re
 import signal
 from typing import Any
 
-from airflow_provider_hvd.runner.wire.messages import DAEMON_DIED_MARKER, Op, Stream
+from airflow_provider_hvd.runner.wire.messages import Exited
+from airflow_provider_hvd.runner.wire.launch import DAEMON_DIED_MARKER
 
 _TAG = re.compile(r"\[\d+,(\d+)\]<(stdout|stderr)>:")
 # What a read can leave of a tag at the end of the data: "[", "[1,0", "[1,0]<std", ...
@@ -61,13 +62,13 @@ class TaggedOutput:
 
 
 def failure_report(returncode: int, mpirun_lines: list[str], rank_tails: dict[int, list[str]],
-                   mpirun_host: str = "?") -> dict[str, Any]:
+                   mpirun_host: str = "?") -> Exited:
     """The EXITED report for a failed mpirun: the rank mpirun names as the one that ended the job
     (killed by a signal, or exited non-zero), with its last lines and mpirun's; rank 0 otherwise.
     When an Open MPI process itself died of a signal (an orted, as the rsh agent reports it, or
     mpirun), ``daemon`` says which, on which host: that is Open MPI crashing, not the ranks."""
     text = "\n".join(mpirun_lines)
-    report: dict[str, Any] = {"op": Op.EXITED, "rank": 0, "returncode": returncode}
+    report: dict[str, Any] = {"rank": 0, "returncode": returncode}
     died = _DAEMON_DIED.search(text)
     if died:
         try:
@@ -90,4 +91,4 @@ def failure_report(returncode: int, mpirun_lines: list[str], rank_tails: dict[in
     keep = 40 if "daemon" in report or _DAEMONS_NOT_STARTED in text else 10
     report["tail"] = list(rank_tails.get(report["rank"], [])) + [f"<mpirun> {line}" for line in mpirun_lines[-keep:]
                                                                  if not line.startswith(DAEMON_DIED_MARKER)]
-    return report
+    return Exited(**report)

@@ -30,14 +30,9 @@ from airflow_provider_hvd.runner.barrier.driver_link import DriverLink
 from airflow_provider_hvd.runner.barrier.mpi_output import TaggedOutput, failure_report
 from airflow_provider_hvd.runner.barrier.output_lines import LineAssembler, pump
 from airflow_provider_hvd.runner.barrier.rsh_service import OWN_SESSION_DIR, this_hosts_rank_env
-from airflow_provider_hvd.runner.wire.messages import (
-    RANK_MAIN_MODULE,
-    RSH_AGENT_MODULE,
-    LaunchEnv,
-    Op,
-    Role,
-    Stream,
-)
+from airflow_provider_hvd.runner.wire.messages import Diagnostic, Exited, Log, Stream
+from airflow_provider_hvd.runner.wire.hellos import LauncherHello
+from airflow_provider_hvd.runner.wire.launch import LaunchEnv, RANK_MAIN_MODULE, RSH_AGENT_MODULE
 
 # mpirun's application: a rank under its own host's Python, in its own executor's directory.
 _RANK_COMMAND = ('cd "$%s" || exit 70; exec "$%s" -u -m %s --mpi'
@@ -123,15 +118,13 @@ class MpiRun:
         cmd += ["--tag-output", "-np", str(self.np), "-H", ",".join(f"{h}:{n}" for h, n in self._hosts),
                 "--bind-to", "none", "--map-by", "slot", "--oversubscribe",
                 "-mca", "plm_rsh_agent", self._rsh_agent(), "-mca", "plm_rsh_no_tree_spawn", "1",
-                # orted stays attached to the barrier task that started it instead of daemonizing:
-                # a daemonizing orted vanished once in a while before calling back (CI, twice), and
-                # mpirun then waits forever; attached, its end is seen and reported by the rsh agent.
+                # orted stays attached to the barrier task that started it: a daemonizing orted can
+                # vanish before calling back, and mpirun then waits forever; attached, its end is
+                # seen and reported by the rsh agent.
                 "-mca", "orte_leave_session_attached", "1",
                 # No topology in shared memory: Open MPI 4.1's rtc/hwloc writes it into the session
-                # directory's hwloc.sm, mapped at a hole it picked in /proc/self/maps, and daemons
-                # that share a /tmp write the same file at once; an orted died of SIGSEGV inside
-                # hwloc_shmem_topology_write (issue 23). Ranks then read the topology themselves
-                # (measured: no launch-time difference; docs/architecture.md).
+                # directory's hwloc.sm, and daemons that share a /tmp write the same file at once
+                # (SIGSEGV in hwloc_shmem_topology_write); ranks read the topology themselves.
                 "-mca", "rtc_hwloc_vmhole", "none",
                 "-mca", "btl_tcp_if_include", iface, "-mca", "oob_tcp_if_include", iface]
         for name in sorted(rank_env):
@@ -140,9 +133,9 @@ class MpiRun:
 
     def start(self) -> None:
         self._link = DriverLink(self._driver, self._secret,
-                                {"role": Role.LAUNCHER, "rank": 0, "ranks": list(range(self.np)),
-                                 "host": self._hosts[0][0], "hostname": socket.gethostname(), "pid": os.getpid(),
-                                 "hosts": [h for h, n in self._hosts for _ in range(n)]})
+                                LauncherHello(rank=0, ranks=list(range(self.np)), host=self._hosts[0][0],
+                                              hostname=socket.gethostname(), pid=os.getpid(),
+                                              hosts=[h for h, n in self._hosts for _ in range(n)]))
         # mpirun ends its job on SIGTERM; it gets one when this launcher's thread dies (a killed
         # Spark task or driver), so its ranks never outlive the run.
         cmd, preexec = _with_parent_death_signal(self.command)
@@ -186,7 +179,7 @@ class MpiRun:
                     except psutil.Error:
                         pass
             line = f"after {at} s mpirun's processes here: " + "; ".join(process_line(p) for p in tree)
-            self._link.send({"op": Op.DIAGNOSTIC, "line": line[:1500]})
+            self._link.send(Diagnostic(line=line[:1500]))
 
     def _pump(self, stream, name: Stream) -> None:
         tagged = TaggedOutput()
@@ -195,12 +188,12 @@ class MpiRun:
         def show(key: tuple[int, str] | None, text: str) -> None:
             if key is None:  # mpirun's own words (errors, help texts): always shown
                 self.mpirun_tail.append(text)
-                self._link.send({"op": Op.LOG, "rank": 0, "stream": Stream.MPIRUN, "line": text})
+                self._link.send(Log(line=text, stream=Stream.MPIRUN, rank=0))
                 return
             rank, source = key
             self.tails[rank].append(f"<{source}> {text}")
             if self._forward:
-                self._link.send({"op": Op.LOG, "rank": rank, "stream": source, "line": text})
+                self._link.send(Log(line=text, stream=source, rank=rank))
 
         def feed(text: str, final: bool = False) -> None:
             for key, piece in tagged.feed(text, final=final):
@@ -216,7 +209,7 @@ class MpiRun:
         for t in self._threads:
             t.join(5)
         if rc == 0:
-            reports = [{"op": Op.EXITED, "rank": rank, "returncode": 0} for rank in range(self.np)]
+            reports = [Exited(rank=rank, returncode=0) for rank in range(self.np)]
         else:
             reports = [failure_report(rc, list(self.mpirun_tail), self.tails, mpirun_host=self._hosts[0][0])]
         self._link.finish(reports)

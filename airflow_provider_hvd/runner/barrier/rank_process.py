@@ -22,13 +22,14 @@ import subprocess
 import sys
 import tempfile
 import threading
-from typing import Any
 
 from airflow_provider_hvd.runner.common.processes import kill_group
 from airflow_provider_hvd.runner.barrier.driver_link import DriverLink
 from airflow_provider_hvd.runner.barrier.output_lines import LineAssembler, pump
 from airflow_provider_hvd.runner.barrier.rendezvous_proxy import RendezvousProxy
-from airflow_provider_hvd.runner.wire.messages import RANK_MAIN_MODULE, Op, Role, Stream
+from airflow_provider_hvd.runner.wire.messages import Exited, Log, Stream
+from airflow_provider_hvd.runner.wire.hellos import LauncherHello
+from airflow_provider_hvd.runner.wire.launch import RANK_MAIN_MODULE
 
 TAIL_LINES = 30
 
@@ -61,9 +62,8 @@ class RankProcess:
     def start(self) -> None:
         """Connect to the driver, then spawn the rank. Call from a thread that outlives the rank
         (the rank dies with the thread that started it, through PR_SET_PDEATHSIG)."""
-        self._link = DriverLink(self._driver, self._secret, {"role": Role.LAUNCHER, "rank": self.rank,
-                                                             "host": self.host, "hostname": socket.gethostname(),
-                                                             "pid": os.getpid()})
+        self._link = DriverLink(self._driver, self._secret, LauncherHello(rank=self.rank, host=self.host,
+                                                                   hostname=socket.gethostname(), pid=os.getpid()))
         self._rendezvous = RendezvousProxy(self._driver, self._secret, self.rank)
         self._env.update(self._rendezvous.env())
         if self._timeline_interval:
@@ -90,7 +90,7 @@ class RankProcess:
         def show(line: str) -> None:
             self.tail.append(f"<{name}> {line}")
             if self._forward:
-                self._link.send({"op": Op.LOG, "stream": name, "line": line})
+                self._link.send(Log(line=line, stream=name))
 
         lines = LineAssembler(show)
         pump(stream, lines.feed, lambda: (lines,))
@@ -113,11 +113,9 @@ class RankProcess:
         self._rendezvous.close()
         for t in self._threads:
             t.join(5)
-        report: dict[str, Any] = {"op": Op.EXITED, "returncode": rc, "host": self.host,
-                                  "pid": self.proc.pid, "tail": list(self.tail),
-                                  "stopped_by_driver": self._stopped_by_driver.is_set()}
-        if rc < 0:
-            report["signal"] = signal.Signals(-rc).name
+        report = Exited(returncode=rc, host=self.host, pid=self.proc.pid, tail=list(self.tail),
+                        stopped_by_driver=self._stopped_by_driver.is_set(),
+                        signal=signal.Signals(-rc).name if rc < 0 else None)
         # Delivered after a failure too: the timeline often shows why a rank stalled.
         self._link.finish([report])
         if self._timeline_dir:

@@ -25,7 +25,8 @@ import threading
 from typing import Any
 
 from airflow_provider_hvd.runner.wire import channel as channel_mod
-from airflow_provider_hvd.runner.wire.messages import Op, Role
+from airflow_provider_hvd.runner.wire.messages import Bye, KV_REQUESTS, KvStatus, Op
+from airflow_provider_hvd.runner.wire.hellos import KvHello
 
 log = logging.getLogger(__name__)
 
@@ -36,10 +37,10 @@ def tcp_peer_uid(peer: tuple[str, int], local: tuple[str, int]) -> int | None:
     """The uid owning the socket at ``peer`` that is connected to ``local`` (IPv4 loopback); None
     when there is no such socket.
 
-    Asked of the kernel for that one socket (netlink sock_diag, what ``ss`` uses): about 0.01 ms.
-    /proc/net/tcp, the fallback where netlink is unavailable, lists every TCP socket of the host,
-    TIME_WAIT ones included, and each horovod rendezvous request is a new connection (about 60 per
-    hvd.init()), so scanning it cost 3 ms a request at 441 sockets, growing with every re-init.
+    Asked of the kernel for that one socket (netlink sock_diag, what ``ss`` uses). /proc/net/tcp,
+    the fallback where netlink is unavailable, lists every TCP socket of the host, TIME_WAIT ones
+    included, and each horovod rendezvous request is a new connection: its cost grows with every
+    re-init.
     """
     try:
         return _uid_by_sock_diag(peer, local)
@@ -154,7 +155,7 @@ class RendezvousProxy:
     """Loopback HTTP endpoint for one gloo rank; requests go to the driver's store over the run's channel."""
 
     def __init__(self, driver: tuple[str, int], secret: bytes, rank: int):
-        self._channel = channel_mod.connect(driver, secret, {"role": Role.KV, "rank": rank})
+        self._channel = channel_mod.connect(driver, secret, KvHello(rank=rank))
         self._lock = threading.Lock()
         self.refused = 0
         self._server = _ProxyServer(self)
@@ -169,14 +170,10 @@ class RendezvousProxy:
 
     def request(self, op: str, scope: str, key: str, body: bytes | None) -> tuple[int, bytes | None]:
         with self._lock:
-            message = {"op": op, "scope": scope, "key": key}
-            if body is None:
-                self._channel.send_json(message)
-            else:
-                self._channel.send_json_with_bytes(message, body)
-            reply = self._channel.recv_json()
-            value = self._channel.recv_bytes() if op == Op.KV_GET and reply.get("status") == 200 else None
-            return int(reply["status"]), value
+            self._channel.send_message(KV_REQUESTS[Op(op)](scope=scope, key=key), body)
+            reply = KvStatus.from_wire(self._channel.recv_json())
+            value = self._channel.recv_bytes() if op == Op.KV_GET and reply.status == 200 else None
+            return reply.status, value
 
     def close(self) -> None:
         self._server.shutdown()
@@ -184,7 +181,7 @@ class RendezvousProxy:
         self._thread.join(5)
         with self._lock:
             try:
-                self._channel.send_json({"op": Op.BYE})
+                self._channel.send_message(Bye())
             except OSError:
                 pass
             self._channel.close()

@@ -13,23 +13,23 @@ import threading
 from typing import Any, Callable
 
 from airflow_provider_hvd.runner.wire import channel as channel_mod
-from airflow_provider_hvd.runner.wire.messages import Op, Role
+from airflow_provider_hvd.runner.wire.messages import Bye, Op, Roster
+from airflow_provider_hvd.runner.wire.hellos import TaskHello
 
 
 class RosterMember:
     """A barrier task's member of the roster."""
 
     def __init__(self, driver: tuple[str, int], secret: bytes, partition: int, info: dict[str, Any]):
-        self._channel = channel_mod.connect(driver, secret, {"role": Role.TASK, "partition": partition,
-                                                             "info": info})
+        self._channel = channel_mod.connect(driver, secret, TaskHello(partition=partition, info=info))
         self._leaving = False
 
     def tasks(self) -> list[dict[str, Any]]:
         """Block until every task has joined; return their infos in partition order."""
-        message = self._channel.recv_json()
-        if message.get("op") != Op.ROSTER:
+        message = self._channel.recv_message()
+        if not isinstance(message, Roster):
             raise ConnectionError(f"expected the roster from the driver, got {message!r:.200}")
-        return message["tasks"]
+        return message.tasks
 
     def watch(self, on_end: Callable[[], None]) -> threading.Event:
         """From now on a thread reads this channel (nothing else may): when the driver says stop,
@@ -53,7 +53,7 @@ class RosterMember:
     def leave(self) -> None:
         self._leaving = True
         try:
-            self._channel.send_json({"op": Op.BYE})
+            self._channel.send_message(Bye())
         except OSError:
             pass
         self._channel.close()

@@ -16,7 +16,9 @@ import sys
 def main(argv: list[str]) -> int:
     from airflow_provider_hvd.runner.barrier.mpi_output import CRASH_SIGNALS
     from airflow_provider_hvd.runner.wire import channel as channel_mod
-    from airflow_provider_hvd.runner.wire.messages import DAEMON_DIED_MARKER, LaunchEnv, Op, Role, Stream
+    from airflow_provider_hvd.runner.wire.messages import Exec, Exit, Out, Stream
+    from airflow_provider_hvd.runner.wire.hellos import RshAgentHello
+    from airflow_provider_hvd.runner.wire.launch import DAEMON_DIED_MARKER, LaunchEnv
 
     args = [a for a in argv]
     while args and args[0].startswith("-"):  # ssh-style options OpenMPI may add
@@ -30,21 +32,20 @@ def main(argv: list[str]) -> int:
         print(f"rsh_agent: no barrier task serves host {host!r} (known: {sorted(services)})", file=sys.stderr)
         return 255
     address = (services[host][0], int(services[host][1]))
-    channel = channel_mod.connect(address, bytes.fromhex(os.environ[LaunchEnv.RSH_SECRET]), {"role": Role.RSH_AGENT})
-    channel.send_json({"op": Op.EXEC, "command": command})
+    channel = channel_mod.connect(address, bytes.fromhex(os.environ[LaunchEnv.RSH_SECRET]), RshAgentHello())
+    channel.send_message(Exec(command=command))
     while True:
         try:
-            message = channel.recv_json()
+            message = channel.recv_message()
         except channel_mod.ChannelClosed:
             print(f"rsh_agent: the barrier task on {host} went away", file=sys.stderr)
             return 255
-        op = Op(message["op"])
-        if op == Op.OUT:
-            stream = sys.stdout if message["stream"] == Stream.STDOUT else sys.stderr
-            stream.write(message["data"])
+        if isinstance(message, Out):
+            stream = sys.stdout if message.stream == Stream.STDOUT else sys.stderr
+            stream.write(message.data)
             stream.flush()
-        elif op == Op.EXIT:
-            code = int(message["code"])
+        elif isinstance(message, Exit):
+            code = int(message.code)
             died_of = _signal_of(code)
             if died_of in CRASH_SIGNALS:  # say it in a line mpirun passes on and the launcher recognises
                 report = {"host": host, "signal": died_of, "code": code}

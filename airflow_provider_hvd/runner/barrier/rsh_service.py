@@ -20,16 +20,17 @@ from typing import Any
 from airflow_provider_hvd.runner.common.processes import kill_group, kill_tree
 from airflow_provider_hvd.runner.barrier.rank_environment import rank_base_env
 from airflow_provider_hvd.runner.wire import channel as channel_mod
-from airflow_provider_hvd.runner.wire.messages import LaunchEnv, Op, Stream
+from airflow_provider_hvd.runner.wire.messages import Exec, Exit, Out, Stream
+from airflow_provider_hvd.runner.wire.launch import LaunchEnv
 
 
 # Where an Open MPI daemon keeps its session directory (default /tmp/ompi.<hostname>.<uid>/jf.<job family>).
 # Open MPI expects one daemon per machine and job: each one, starting, wipes its job family's directory
 # ("stale directories laying around") and then builds its own tree there. Two barrier tasks on one machine
 # (two Spark workers with their own addresses) are two hosts to mpirun, with one hostname and one /tmp:
-# mpirun and the orted share that directory, and an orted died in orte_session_dir ("mkdir ... File
-# exists", then gone) when it vanished under it (CI, 2026-12-05). Each orted gets a folder of its own,
-# removed after it; mpirun keeps the default (it would hand its own value to every orted).
+# mpirun and the orted share that directory, and an orted dies in orte_session_dir when it vanishes
+# under it. Each orted gets a folder of its own, removed after it; mpirun keeps the default (it would
+# hand its own value to every orted).
 OWN_SESSION_DIR = "OMPI_MCA_orte_tmpdir_base"
 
 
@@ -48,12 +49,12 @@ class RshService:
         self.port = self._server.port
 
     def _handle(self, channel: channel_mod.Channel, hello: dict[str, Any]) -> None:
-        request = channel.recv_json()
-        if request.get("op") != Op.EXEC:
+        request = channel.recv_message()
+        if not isinstance(request, Exec):
             return
         # orted's session directory in a folder of its own, removed once it ended (OWN_SESSION_DIR).
         session_dir = tempfile.mkdtemp(prefix="hvd-orted-")
-        proc = subprocess.Popen(["/bin/sh", "-c", request["command"]], stdout=subprocess.PIPE,
+        proc = subprocess.Popen(["/bin/sh", "-c", request.command], stdout=subprocess.PIPE,
                                 stderr=subprocess.PIPE, start_new_session=True,
                                 env={**rank_base_env(), **this_hosts_rank_env(), OWN_SESSION_DIR: session_dir})
         with self._lock:
@@ -62,7 +63,7 @@ class RshService:
         def pump(stream, name: Stream) -> None:
             for chunk in iter(lambda: stream.read1(65536), b""):
                 try:
-                    channel.send_json({"op": Op.OUT, "stream": name, "data": chunk.decode("utf-8", "replace")})
+                    channel.send_message(Out(stream=name, data=chunk.decode("utf-8", "replace")))
                 except OSError:
                     break
 
@@ -84,7 +85,7 @@ class RshService:
         with self._lock:
             self._procs.discard(proc)
         try:
-            channel.send_json({"op": Op.EXIT, "code": code})
+            channel.send_message(Exit(code=code))
         except OSError:
             pass
 

@@ -3,7 +3,7 @@
 The application's executors start this module instead of ``pyspark.daemon``
 (``spark.python.daemon.module``, set by spark_app unless the user set it): the daemon, and every
 worker it forks (which imports ``pyspark.worker`` after the fork), would otherwise compile pyspark
-from Spark's zip, 0.5 s on each executor's way to its barrier task (common/installed_pyspark.py).
+from Spark's zip on each executor's way to its barrier task (common/installed_pyspark.py).
 A worker whose Python lacks this package fails to start the daemon; driver/worker_diagnosis.py
 names the missing package as the barrier task's own check would.
 """

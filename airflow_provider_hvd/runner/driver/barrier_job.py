@@ -15,7 +15,7 @@ import uuid
 
 from airflow_provider_hvd.runner.driver import pyspark_internals
 from airflow_provider_hvd.runner.barrier import entry
-from airflow_provider_hvd.runner.wire.messages import TaskSpec
+from airflow_provider_hvd.runner.wire.launch import TaskSpec
 
 
 def stage_function(spec: TaskSpec, required_modules: list[str]) -> functools.partial:

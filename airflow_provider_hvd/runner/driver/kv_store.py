@@ -11,7 +11,7 @@ from __future__ import annotations
 import threading
 
 from airflow_provider_hvd.runner.wire import channel as channel_mod
-from airflow_provider_hvd.runner.wire.messages import Op
+from airflow_provider_hvd.runner.wire.messages import Bye, KvDelete, KvGet, KvPut, KvStatus
 
 
 class KeyValueStore:
@@ -40,21 +40,20 @@ class KeyValueStore:
     def serve(self, channel: channel_mod.Channel) -> None:
         """Answer one proxy's requests until it leaves (runs in the driver service's connection thread)."""
         while True:
-            request = channel.recv_json()
-            op, scope, key = Op(request.get("op")), str(request.get("scope")), str(request.get("key"))
-            if op == Op.KV_GET:
-                value = self.get(scope, key)
+            request = channel.recv_message()
+            if isinstance(request, KvGet):
+                value = self.get(request.scope, request.key)
                 if value is None:
-                    channel.send_json({"status": 404})
+                    channel.send_json(KvStatus(404).to_wire())
                 else:
-                    channel.send_json_with_bytes({"status": 200}, value)
-            elif op == Op.KV_PUT:
-                self.put(scope, key, channel.recv_bytes())
-                channel.send_json({"status": 200})
-            elif op == Op.KV_DELETE:
-                self.delete(scope, key)
-                channel.send_json({"status": 200})
-            elif op == Op.BYE:
+                    channel.send_json_with_bytes(KvStatus(200).to_wire(), value)
+            elif isinstance(request, KvPut):
+                self.put(request.scope, request.key, channel.recv_bytes())
+                channel.send_json(KvStatus(200).to_wire())
+            elif isinstance(request, KvDelete):
+                self.delete(request.scope, request.key)
+                channel.send_json(KvStatus(200).to_wire())
+            elif isinstance(request, Bye):
                 return
             else:
-                channel.send_json({"status": 400})
+                channel.send_json(KvStatus(400).to_wire())

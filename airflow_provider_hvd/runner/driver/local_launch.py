@@ -14,7 +14,7 @@ from airflow_provider_hvd.runner.barrier.gpus import driver_gpus, local_rank_gpu
 from airflow_provider_hvd.runner.barrier.mpi_run import MpiRun
 from airflow_provider_hvd.runner.barrier.rank_environment import rank_base_env
 from airflow_provider_hvd.runner.barrier.rank_process import RankProcess
-from airflow_provider_hvd.runner.wire.messages import LaunchEnv
+from airflow_provider_hvd.runner.wire.launch import LaunchEnv
 
 LOCAL_HOST = "127.0.0.1"
 

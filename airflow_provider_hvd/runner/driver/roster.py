@@ -2,8 +2,8 @@
 
 This replaces ``BarrierTaskContext.allGather`` (and, under mpi, the final
 ``barrier()``): Spark's barrier calls poll in whole seconds on the task side, so
-each one cost about 1 s even when every task had already arrived (measured in
-bench/, see docs/benchmarks.md). The driver service already accepts an
+each one costs up to a second even when every task has already arrived
+(docs/benchmarks.md). The driver service already accepts an
 authenticated channel from every task, so the exchange costs one round trip.
 
 The task's side is barrier/roster_member.py. The task keeps its roster channel while
@@ -19,7 +19,7 @@ from typing import Any
 
 from airflow_provider_hvd.runner.common.rank_slots import Slot, assign_slots
 from airflow_provider_hvd.runner.wire.channel import Channel
-from airflow_provider_hvd.runner.wire.messages import Op
+from airflow_provider_hvd.runner.wire.messages import Roster as RosterMessage
 
 
 class Roster:
@@ -43,7 +43,7 @@ class Roster:
             self._slots = assign_slots([i["host"] for i in infos])
             for member, _ in self._members.values():
                 try:
-                    member.send_json({"op": Op.ROSTER, "tasks": infos})
+                    member.send_message(RosterMessage(tasks=infos))
                 except OSError:
                     pass  # that task is gone; its handler reports it
             return self._slots

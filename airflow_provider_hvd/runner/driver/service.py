@@ -20,28 +20,49 @@ import queue
 import sys
 import threading
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Callable
 
 from airflow_provider_hvd.runner.driver.kv_store import KeyValueStore
 from airflow_provider_hvd.runner.driver.roster import Roster
 from airflow_provider_hvd.runner.wire.channel import Channel, ChannelClosed, ChannelServer, is_unreachable
-from airflow_provider_hvd.runner.wire.messages import EventKind, Op, Role, Stream
+from airflow_provider_hvd.runner.wire.messages import (
+    Bye,
+    Diagnostic,
+    EventKind,
+    Exited,
+    GetPayload,
+    Log,
+    Lost,
+    Message,
+    Op,
+    RankException,
+    Result,
+    Returned,
+    Role,
+    Stalled,
+    Stop,
+    Stream,
+    Timeline,
+)
+from airflow_provider_hvd.runner.wire.hellos import KvHello, LauncherHello, RankHello, TaskHello, parse_hello
 
 log = logging.getLogger(__name__)
 
 LogSink = Callable[[int, str, str], None]
 
 # Reports from ranks and launchers that the monitor reads as they are.
-_REPORTED = {Op.EXCEPTION: EventKind.EXCEPTION, Op.EXITED: EventKind.EXITED, Op.STALLED: EventKind.STALLED,
-             Op.RETURNED: EventKind.RETURNED}
+_REPORTED = {RankException: EventKind.EXCEPTION, Exited: EventKind.EXITED, Stalled: EventKind.STALLED,
+             Returned: EventKind.RETURNED}
 
 
 @dataclass
 class Event:
+    """``data``: the declared message or hello it came from (wire/messages.py), or ``Lost``."""
+
     kind: EventKind
     rank: int
-    data: dict[str, Any] = field(default_factory=dict)
+    data: Any = None
     blob: bytes | None = None
 
 
@@ -82,82 +103,86 @@ class DriverService:
     def refused_connections(self) -> int:
         return self._server.refused
 
-    def _handle(self, channel: Channel, hello: dict[str, Any]) -> None:
+    def _handle(self, channel: Channel, hello_frame: dict[str, Any]) -> None:
         try:
-            role, rank = Role(hello.get("role")), int(hello.get("rank", -1))
-        except ValueError:
-            log.warning("driver service: unknown peer role %r from %s", hello.get("role"), channel.peer)
+            hello = parse_hello(hello_frame)
+        except ValueError as exc:
+            log.warning("driver service: a peer from %s that is none of ours: %s", channel.peer, exc)
             return
-        if role == Role.TASK:
+        if isinstance(hello, TaskHello):
             self._serve_task(channel, hello)
-            return
-        if role == Role.KV:  # a gloo rank's rendezvous, through its launcher's proxy
+        elif isinstance(hello, KvHello):  # a gloo rank's rendezvous, through its launcher's proxy
             try:
                 self.rendezvous.serve(channel)
             except (ChannelClosed, OSError, ValueError):
                 pass
-            return
-        if role == Role.RANK:
-            self.events.put(Event(EventKind.RANK_STARTED, rank, hello))
-        elif role == Role.LAUNCHER:
+        elif isinstance(hello, RankHello):
+            self.events.put(Event(EventKind.RANK_STARTED, hello.rank, hello))
+            self._serve_reports(channel, hello, hello.rank)
+        elif isinstance(hello, LauncherHello):
             # A gloo launcher starts one rank; mpirun's launcher starts them all.
-            ranks = [int(r) for r in hello.get("ranks", [rank])]
-            self._hold((Role.LAUNCHER, rank), channel)
-            for r in ranks:
-                self.events.put(Event(EventKind.LAUNCHER_STARTED, r, hello))
+            self._hold((Role.LAUNCHER, hello.rank), channel)
+            for r in hello.ranks or [hello.rank]:
+                self.events.put(Event(EventKind.LAUNCHER_STARTED, int(r), hello))
+            self._serve_reports(channel, hello, hello.rank)
         else:
-            log.warning("driver service: a %s peer cannot talk to the driver, from %s", role, channel.peer)
-            return
+            log.warning("driver service: a %s peer cannot talk to the driver, from %s", hello.role, channel.peer)
+
+    def _serve_reports(self, channel: Channel, hello: RankHello | LauncherHello, rank: int) -> None:
+        """A rank's or a launcher's messages, until it says bye or is gone."""
         said_bye, unreachable = False, False
         try:
-            while True:
-                message = channel.recv_json()
-                op = Op(message.get("op"))
-                if op == Op.GET_PAYLOAD:
-                    channel.send_bytes(self._payload)
-                elif op == Op.LOG:
-                    stream = message.get("stream", Stream.LOG)
-                    for line in str(message.get("line", "")).splitlines() or [""]:
-                        self._log_sink(int(message.get("rank", rank)), stream, line)
-                        if stream == Stream.MPIRUN:  # the monitor quotes mpirun's own words if ranks never start
-                            self.events.put(Event(EventKind.LAUNCHER_SAID, rank, {"line": line}))
-                elif op == Op.DIAGNOSTIC:  # a launcher's account of a slow start: quoted on failure only
-                    self.events.put(Event(EventKind.LAUNCHER_SAID, rank, {"line": str(message.get("line", ""))}))
-                elif op == Op.RESULT:
-                    self.events.put(Event(EventKind.RESULT, rank, message, channel.recv_bytes()))
-                elif op == Op.TIMELINE:
-                    chunk = channel.recv_bytes()
-                    if self._on_timeline is not None:
-                        self._on_timeline(chunk)
-                elif op in _REPORTED:
-                    self.events.put(Event(_REPORTED[op], int(message.get("rank", rank)), message))
-                elif op == Op.BYE:
-                    said_bye = True
-                    return
-                else:
-                    raise ValueError(f"{role} {rank} sent {op!r}, which only other peers send")
+            while not said_bye:
+                said_bye = self._on_message(channel, hello, rank, channel.recv_message())
         except (ChannelClosed, OSError, ValueError) as exc:
             if isinstance(exc, ValueError):  # an unknown or misplaced op: a bug, say so
-                log.warning("driver service: dropped %s %d (%s): %s", role, rank, channel.peer, exc)
+                log.warning("driver service: dropped %s %d (%s): %s", hello.role, rank, channel.peer, exc)
             unreachable = is_unreachable(exc)
         finally:
+            hostname = getattr(hello, "hostname", None)
             if unreachable:
-                self._mark_unreachable(channel, hello.get("hostname"))
-            if role == Role.RANK:
+                self._mark_unreachable(channel, hostname)
+            if isinstance(hello, RankHello):
                 self.events.put(Event(EventKind.RANK_CLOSED, rank, hello))
             else:
-                self._release((Role.LAUNCHER, rank), said_bye, hello.get("ranks", [rank]),
-                              {**hello, "unreachable": unreachable})
+                self._release((Role.LAUNCHER, rank), said_bye, hello.ranks or [rank],
+                              Lost(host=hello.host, hostname=hostname, pid=hello.pid, unreachable=unreachable))
 
-    def _serve_task(self, channel: Channel, hello: dict[str, Any]) -> None:
+    def _on_message(self, channel: Channel, hello: RankHello | LauncherHello, rank: int, message: Message) -> bool:
+        """One message from a rank or launcher; True once it said bye."""
+        if isinstance(message, GetPayload):
+            channel.send_bytes(self._payload)
+        elif isinstance(message, Log):
+            for line in message.line.splitlines() or [""]:
+                self._log_sink(rank if message.rank is None else int(message.rank), message.stream, line)
+                if message.stream == Stream.MPIRUN:  # the monitor quotes mpirun's own words if ranks never start
+                    self.events.put(Event(EventKind.LAUNCHER_SAID, rank, Diagnostic(line=line)))
+        elif isinstance(message, Diagnostic):  # a launcher's account of a slow start: quoted on failure only
+            self.events.put(Event(EventKind.LAUNCHER_SAID, rank, message))
+        elif isinstance(message, Result):
+            self.events.put(Event(EventKind.RESULT, rank, message, channel.recv_bytes()))
+        elif isinstance(message, Timeline):
+            chunk = channel.recv_bytes()
+            if self._on_timeline is not None:
+                self._on_timeline(chunk)
+        elif type(message) in _REPORTED:
+            reported = rank if message.rank is None else int(message.rank)
+            self.events.put(Event(_REPORTED[type(message)], reported, message))
+        elif isinstance(message, Bye):
+            return True
+        else:
+            raise ValueError(f"{hello.role} {rank} sent {message.op!r}, which only other peers send")
+        return False
+
+    def _serve_task(self, channel: Channel, hello: TaskHello) -> None:
         if self._roster is None:
             log.warning("driver service: a barrier task joined a run that has none, from %s", channel.peer)
             return
-        partition = int(hello.get("partition", -1))
+        partition, info = hello.partition, dict(hello.info or {})
         self._hold((Role.TASK, partition), channel)
         said_bye, unreachable = False, False
         try:
-            slots = self._roster.join(channel, partition, dict(hello.get("info") or {}))
+            slots = self._roster.join(channel, partition, info)
             if slots is not None:
                 hosts = sorted({s.hostname for s in slots})
                 log.info("HorovodRunner: all %d barrier tasks joined in %.1f s, on %s", len(slots),
@@ -169,12 +194,10 @@ class DriverService:
                 log.warning("driver service: %s", exc)
             unreachable = is_unreachable(exc)
         finally:
-            info = hello.get("info") or {}
             if unreachable:
                 self._mark_unreachable(channel, info.get("hostname"))
             self._release((Role.TASK, partition), said_bye, self._roster.ranks_of(partition),
-                          {"host": info.get("host", "?"), "hostname": info.get("hostname"),
-                           "unreachable": unreachable})
+                          Lost(host=info.get("host", "?"), hostname=info.get("hostname"), unreachable=unreachable))
 
     def _mark_unreachable(self, channel: Channel, hostname: str | None) -> None:
         address = channel.peer.rsplit(":", 1)[0]
@@ -192,14 +215,14 @@ class DriverService:
         with self._peers_changed:
             self._peers[key] = channel
 
-    def _release(self, key: tuple[Role, int], said_bye: bool, ranks, data: dict[str, Any]) -> None:
+    def _release(self, key: tuple[Role, int], said_bye: bool, ranks, lost: Lost) -> None:
         """The peer left. Without "bye", while the run was on, its task or executor died: its ranks are lost."""
         with self._peers_changed:
             self._peers.pop(key, None)
             self._peers_changed.notify_all()
         if not said_bye and not self._closing.is_set():
             for r in ranks:
-                self.events.put(Event(EventKind.LAUNCHER_LOST, int(r), data))
+                self.events.put(Event(EventKind.LAUNCHER_LOST, int(r), lost))
 
     def stop_ranks(self, grace: float) -> None:
         """Ask every launcher still connected to kill its rank and report (its last timeline
@@ -207,9 +230,9 @@ class DriverService:
         serving and wait for those; ``grace`` seconds for both.
 
         Launchers first: mpirun ends its job through the orteds that the tasks' rsh services
-        hold. Releasing the tasks at the same moment killed those daemons in the middle of
-        mpirun's own abort, and Open MPI 4.1's mpirun then crashed in PMIx_Finalize ("abort is
-        already in progress"; 3 of 30 runs of the stress test in a clean-clone run)."""
+        hold. Releasing the tasks at the same moment kills those daemons in the middle of
+        mpirun's own abort, and Open MPI 4.1's mpirun then crashes in PMIx_Finalize ("abort is
+        already in progress")."""
         self._closing.set()
         if self._unreachable:
             # A host stopped answering: mpirun's abort waits on its daemon there for ever, and the
@@ -224,7 +247,7 @@ class DriverService:
                     channel.close()  # its host stopped answering: a stop would only wait out the grace
                     continue
                 try:
-                    channel.send_json({"op": Op.STOP})
+                    channel.send_message(Stop())
                 except OSError:
                     pass
             with self._peers_changed:

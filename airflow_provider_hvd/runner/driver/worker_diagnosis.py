@@ -14,7 +14,7 @@ import re
 import sys
 
 from airflow_provider_hvd.runner.errors import WorkerEnvironmentError
-from airflow_provider_hvd.runner.wire.messages import WORKER_REPORT_MARKER
+from airflow_provider_hvd.runner.wire.launch import WORKER_REPORT_MARKER
 
 
 _REPORT = re.compile(re.escape(WORKER_REPORT_MARKER) + r"(\{.*?\})\s*$", re.M)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 import threading
 
-from airflow_provider_hvd.runner.wire.messages import Op, Stream
+from airflow_provider_hvd.runner.wire.messages import Log, Stream
 
 _channel = None
 _rank: int | None = None
@@ -25,7 +25,7 @@ def log_to_driver(message: object) -> None:
     if channel is None:
         print(text, flush=True)
         return
-    channel.send_json({"op": Op.LOG, "stream": Stream.LOG, "line": text})
+    channel.send_message(Log(line=text, stream=Stream.LOG))
 
 
 def current_rank() -> int | None:

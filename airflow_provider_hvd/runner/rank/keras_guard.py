@@ -4,7 +4,7 @@ horovod 0.28.1's ``hvd.DistributedOptimizer`` averages gradients by overriding t
 Keras 2 optimizer methods that ``fit()`` calls. Keras 3 (the ``keras`` TensorFlow
 2.16+ installs) applies gradients through ``optimizer.apply()``, which the wrapper
 does not override: every rank then trains on its own gradients, the models drift
-apart, and nothing raises (measured, see docs/tensorflow.md). Rank-side measures:
+apart, and nothing raises (docs/tensorflow.md). What the ranks do about it:
 
 * ``prefer_legacy_keras``: where tf-keras (Keras 2) is installed, ``tf.keras`` is made
   to mean it (``TF_USE_LEGACY_KERAS=1``) unless the user's env already says otherwise.

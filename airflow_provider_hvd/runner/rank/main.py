@@ -19,7 +19,9 @@ import sys
 import threading
 import traceback
 
-from airflow_provider_hvd.runner.wire.messages import LaunchEnv, Op, Role
+from airflow_provider_hvd.runner.wire.messages import Bye, GetPayload, RankException, Result, Returned
+from airflow_provider_hvd.runner.wire.hellos import RankHello
+from airflow_provider_hvd.runner.wire.launch import LaunchEnv
 
 EXIT_EXCEPTION = 1
 EXIT_DRIVER_GONE = 75
@@ -44,7 +46,7 @@ def _watch_driver(channel) -> None:
 
 def _say_bye(channel) -> None:
     _finishing.set()
-    channel.send_json({"op": Op.BYE})
+    channel.send_message(Bye())
     channel.close()
 
 
@@ -95,8 +97,8 @@ def main() -> int:
 
     secret = bytes.fromhex(boot["secret"])
     channel = channel_mod.connect((boot["driver"][0], int(boot["driver"][1])), secret,
-                                  {"role": Role.RANK, "rank": rank, "host": boot.get("host"), "pid": os.getpid()})
-    channel.send_json({"op": Op.GET_PAYLOAD})
+                                  RankHello(rank=rank, host=boot.get("host"), pid=os.getpid()))
+    channel.send_message(GetPayload())
     blob = channel.recv_bytes()
     threading.Thread(target=_watch_driver, args=(channel,), name="hvd-watch-driver", daemon=True).start()
     rank_context._install(channel, rank)
@@ -110,20 +112,20 @@ def main() -> int:
         del body
         loading = False
         if os.environ.get(LaunchEnv.STALL_TIMEOUT):
-            stall.watch(channel.send_json, float(os.environ[LaunchEnv.STALL_TIMEOUT]), announce=rank == 0)
+            stall.watch(channel.send_message, float(os.environ[LaunchEnv.STALL_TIMEOUT]), announce=rank == 0)
         value = fn(**kwargs)
-        channel.send_json({"op": Op.RETURNED})
+        channel.send_message(Returned())
         if rank == 0:
             result = payload.seal(payload.dumps_result(value), secret, payload.KIND_RESULT)
-            channel.send_json_with_bytes({"op": Op.RESULT, "size": len(result)}, result)
+            channel.send_message(Result(size=len(result)), result)
     except BaseException as exc:  # SystemExit and KeyboardInterrupt are failures of the rank too
         sys.stdout.flush()
         sys.stderr.flush()
         tb = traceback.format_exc()
         sys.stderr.write(tb)
         sys.stderr.flush()
-        channel.send_json({"op": Op.EXCEPTION, "type": type(exc).__name__, "message": str(exc),
-                           "traceback": tb, "hint": _hint(exc, loading), "while_loading": loading})
+        channel.send_message(RankException(type=type(exc).__name__, message=str(exc), traceback=tb,
+                                           hint=_hint(exc, loading), while_loading=loading))
         _say_bye(channel)
         return EXIT_EXCEPTION
     sys.stdout.flush()
@@ -134,7 +136,7 @@ def main() -> int:
 
 def _exit_done() -> None:
     """End a rank whose work is done, without the interpreter's teardown of its modules: with torch
-    loaded that takes 0.4 s, which every run waited for (docs/benchmarks.md). What a normal exit
+    loaded that teardown is slow, and every run would wait for it (docs/benchmarks.md). What a normal exit
     does that matters, in its order: wait for the non-daemon threads the training started, run the
     atexit handlers (Horovod's shutdown, which finalizes MPI; logging's flush), then flush every
     file still open for writing (an unclosed file's last bytes would otherwise be lost)."""

@@ -1,8 +1,8 @@
 """Stalled ranks: a collective that some ranks wait in and others never join.
 
 Horovod's own stall check cannot end such a run: its shutdown needs the stalled
-rank's cooperation (measured here: with HOROVOD_STALL_SHUTDOWN_TIME_SECONDS=6 a
-rank sleeping for 40 s ends the job after 44 s, whether under horovodrun or us).
+rank's cooperation (a rank that sleeps ends the job only when it wakes, under
+horovodrun as under us).
 So each rank watches its own collectives from a thread: horovod.torch keeps every
 submitted, not yet completed operation in ``mpi_ops._handle_map``; one that stays
 there longer than ``stall_timeout`` means this rank waits for peers, and it tells
@@ -17,7 +17,7 @@ import threading
 import time
 from typing import Any, Callable
 
-from airflow_provider_hvd.runner.wire.messages import Op, Stream
+from airflow_provider_hvd.runner.wire.messages import Log, Stalled, Stream
 
 POLL_S = 1.0
 TENSORFLOW_NOT_WATCHED = ("HorovodRunner: stall_timeout does not cover horovod.tensorflow collectives; a hung "
@@ -59,13 +59,12 @@ def watch(report: Callable[[dict[str, Any]], None], timeout: float, poll: float 
             if announce and pending is None and not told_tensorflow and "horovod.tensorflow" in sys.modules:
                 # TF's collectives run inside TF ops: nothing Python can watch. Horovod's own stall
                 # inspector does not help either: its coordinator blocks in the same exchange as
-                # the idle rank (measured, docs/tensorflow.md). Say so rather than seem to watch.
+                # the idle rank (docs/tensorflow.md). Say so rather than seem to watch.
                 told_tensorflow = True
-                report({"op": Op.LOG, "stream": Stream.LOG, "line": TENSORFLOW_NOT_WATCHED})
+                report(Log(line=TENSORFLOW_NOT_WATCHED, stream=Stream.LOG))
             first_seen = {h: first_seen.get(h, now) for h in pending or ()}
             if first_seen and now - min(first_seen.values()) > timeout:
-                report({"op": Op.STALLED, "waiting_s": round(now - min(first_seen.values()), 1),
-                        "pending": len(first_seen)})
+                report(Stalled(waiting_s=round(now - min(first_seen.values()), 1), pending=len(first_seen)))
                 return
 
     thread = threading.Thread(target=loop, name="hvd-stall-watch", daemon=True)

@@ -40,6 +40,9 @@ from cryptography.hazmat.primitives import hashes
 from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 from cryptography.hazmat.primitives.kdf.hkdf import HKDF
 
+from airflow_provider_hvd.runner.wire.messages import Message, parse
+from airflow_provider_hvd.runner.wire.hellos import Hello
+
 log = logging.getLogger(__name__)
 
 _FRAME = struct.Struct(">cQ")
@@ -141,6 +144,17 @@ class Channel:
     def send_json(self, message: dict[str, Any]) -> None:
         self._send(b"J", json.dumps(message).encode())
 
+    def send_message(self, message: Message, data: bytes | None = None) -> None:
+        """A declared message, and the bytes frame that follows the ops that carry one."""
+        if data is None:
+            self.send_json(message.to_wire())
+        else:
+            self.send_json_with_bytes(message.to_wire(), data)
+
+    def recv_message(self) -> Message:
+        """The next message, parsed into its declared type (a ValueError for an op nobody declared)."""
+        return parse(self.recv_json())
+
     def send_bytes(self, data: bytes) -> None:
         self._send(b"B", data)
 
@@ -214,7 +228,7 @@ class Channel:
         self.sock.close()
 
 
-def connect(address: tuple[str, int], secret: bytes, hello: dict[str, Any],
+def connect(address: tuple[str, int], secret: bytes, hello: Hello | dict[str, Any],
             timeout: float = 30.0) -> Channel:
     """Connect, prove we hold ``secret``, send ``hello``; return the channel (blocking mode)
     once the server's sealed reply proved it holds the secret too."""
@@ -226,7 +240,7 @@ def connect(address: tuple[str, int], secret: bytes, hello: dict[str, Any],
         sock.sendall(client_nonce + _answer(secret, server_nonce, client_nonce))
         to_server, to_client = _session_keys(secret, server_nonce, client_nonce)
         channel = Channel(sock, f"{address[0]}:{address[1]}", send_key=to_server, recv_key=to_client)
-        channel.send_json(hello)
+        channel.send_json(hello.to_wire() if isinstance(hello, Hello) else hello)
         try:
             reply = channel.recv_json()
         except ChannelClosed:

@@ -6,32 +6,22 @@ an ``"op"`` from ``Op``, and some are followed by one bytes frame (``CARRIES_BYT
 On the driver, whatever matters for the run's outcome becomes an ``Event`` of a
 ``EventKind`` (driver/service.py) that driver/monitor.py reads.
 
-Senders write ``{"op": Op.LOG, ...}`` (a ``StrEnum`` member is its string on the wire);
-receivers parse with ``Op(message["op"])``, so an unknown op is a ValueError naming
-it, never a message silently ignored. tests/test_layout.py checks that no module
-spells an op, role, stream or event as a bare string, and that every ``Op.X`` it
-names exists, so a typo fails a test instead of hanging a run.
+Each message is a declared type below (a frozen dataclass with its fields); senders build one
+and send it (``channel.send_message``), receivers get one back from ``parse``/``parse_hello``,
+so an unknown op or role is a ValueError naming it, never a message silently ignored, and
+no field is read by a bare key. tests/test_layout.py checks that no module spells an op,
+role, stream or event as a bare string, and that every ``Op.X`` it names exists.
 
-Who sends what (sender -> receiver: fields):
+Who sends what (the fields are on each type below):
 
-  hello (first frame of every connection, answered by the server with ``{"ok": true}``)
-    task -> driver           Role.TASK:      partition, info {host, rsh_port, gpus}
-    rendezvous proxy -> drv  Role.KV:        rank
-    launcher -> driver       Role.LAUNCHER:  rank, host, pid [, ranks, hosts] (mpirun speaks for all)
-    rank -> driver           Role.RANK:      rank, host, pid
-    rsh agent -> rsh service Role.RSH_AGENT
-
-  rank -> driver       GET_PAYLOAD (answered by the sealed call as bytes), LOG {stream, line},
-                       EXCEPTION {type, message, traceback, hint, while_loading}, STALLED {waiting_s,
-                       pending}, RETURNED, RESULT {size} + bytes (rank 0), BYE
-  launcher -> driver   LOG {rank, stream, line}, DIAGNOSTIC {line}, TIMELINE {size} + bytes,
-                       EXITED {rank, returncode, host, pid, tail, signal, stopped_by_driver}, BYE
-  task -> driver       BYE (the task has nothing left to serve)
-  driver -> task       ROSTER {tasks}: every task's info, in partition order
-  driver -> launcher   STOP (also to tasks still serving): the run is over, stop and report
-  proxy -> driver      KV_GET / KV_PUT + bytes / KV_DELETE {scope, key}, BYE;
-                       answered by {status} (+ bytes for a found KV_GET)
-  agent -> rsh service EXEC {command}; answered by OUT {stream, data}... then EXIT {code}
+  hello, answered by the server with ``{"ok": true}``: TaskHello (a barrier task), KvHello (a
+    rendezvous proxy), LauncherHello (a rank's launcher, or mpirun's for all), RankHello, RshAgentHello
+  rank -> driver       GetPayload (answered by the sealed call, bytes), Log, RankException, Stalled,
+                       Returned, Result + bytes (rank 0), Bye
+  launcher -> driver   Log, Diagnostic, Timeline + bytes, Exited, Bye
+  task -> driver       Bye; driver -> task: Roster; driver -> launcher and task: Stop
+  proxy -> driver      KvGet / KvPut + bytes / KvDelete, Bye; answered by KvStatus (+ bytes)
+  agent -> rsh service Exec; answered by Out ... then Exit
 """
 
 from __future__ import annotations
@@ -39,6 +29,7 @@ from __future__ import annotations
 import dataclasses
 import enum
 from dataclasses import dataclass, field
+from typing import Any, ClassVar
 
 
 class Role(enum.StrEnum):
@@ -105,54 +96,184 @@ class EventKind(enum.StrEnum):
     STALLED = "stalled"                    # a collective pending past stall_timeout
 
 
+# ---- the messages, declared ----------------------------------------------------------------
+
+_BY_OP: dict[Op, type[Message]] = {}
+
+
+def from_fields(cls: type, data: dict[str, Any]) -> Any:
+    """``cls`` from a frame's fields: a field the frame lacks takes its default, one the type does not
+    declare is left out (a peer of a later release may say more)."""
+    names = {f.name for f in dataclasses.fields(cls)}
+    return cls(**{name: value for name, value in data.items() if name in names})
+
+
 @dataclass(frozen=True)
-class TaskSpec:
-    """Everything a barrier task needs; small, since Spark ships it with every task. The driver
-    builds it (driver/barrier_job.py), each task reads it (barrier/barrier_task.py)."""
-    driver_host: str
-    driver_port: int
-    secret_hex: str
-    forward_output: bool
-    env: dict[str, str] = field(default_factory=dict)
-    timeline_interval: float | None = None
-    launcher: str = "gloo"
-    mpi_args: tuple[str, ...] = ()
+class Message:
+    """A JSON frame after the hello; ``op`` says which type."""
 
-    def to_fields(self) -> dict:
-        """Plain builtins only: these travel by value beside the task's entry point to workers that
-        may lack this package, where a ``LaunchEnv`` key (an enum of ours) could not be unpickled."""
-        fields = dataclasses.asdict(self)
-        fields["env"] = {str(k): str(v) for k, v in self.env.items()}
-        fields["mpi_args"] = tuple(str(a) for a in self.mpi_args)
-        fields["launcher"] = str(self.launcher)
-        return fields
+    op: ClassVar[Op]
+
+    def __init_subclass__(cls, op: Op | None = None, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        if op is not None:
+            cls.op = op
+            _BY_OP[op] = cls
+
+    def to_wire(self) -> dict[str, Any]:
+        return {"op": self.op, **dataclasses.asdict(self)}
 
 
-# The environment that carries a run from mpirun to its ranks (barrier/mpi_run.py sets it,
-# rank/main.py reads and removes it before user code runs, barrier/rsh_agent.py reads the RSH ones).
-class LaunchEnv(enum.StrEnum):
-    DRIVER = "HVD_DRIVER_ADDR"
-    SECRET = "HVD_RUN_SECRET"
-    GPUS_BY_RANK = "HVD_GPUS_BY_RANK"
-    RSH_MAP = "HVD_RSH_MAP"
-    RSH_SECRET = "HVD_RSH_SECRET"
-    # Each host's Python and working directory, set by that host's barrier task: executors'
-    # environments need not be at the same path on every host (spark.archives unpacks one each).
-    RANK_PYTHON = "HVD_RANK_PYTHON"
-    RANK_CWD = "HVD_RANK_CWD"
-    # What the driver's runner tells every rank (rank/stall.py)
-    STALL_TIMEOUT = "HVD_RUNNER_STALL_TIMEOUT_S"
+def parse(data: dict[str, Any]) -> Message:
+    """The message a frame carries; a ValueError naming an op nobody declared."""
+    op = Op(data.get("op"))
+    try:
+        return from_fields(_BY_OP[op], data)
+    except TypeError as exc:  # a field the type needs is missing
+        raise ValueError(f"a {op} frame without its fields: {exc}") from None
 
 
-# The modules processes start each other by (``python -m ...``): a rename that misses one of
-# these strings would start nothing, so tests/test_layout.py checks each can be found.
-RANK_MAIN_MODULE = "airflow_provider_hvd.runner.rank.main"
-RSH_AGENT_MODULE = "airflow_provider_hvd.runner.barrier.rsh_agent"
+@dataclass(frozen=True)
+class GetPayload(Message, op=Op.GET_PAYLOAD):
+    """Answered by the sealed call, as bytes."""
 
-# The line mpirun's rsh agent (barrier/rsh_agent.py) writes to mpirun's stderr when the orted it
-# started died of a signal, followed by a JSON {host, signal, code}; barrier/mpi_output.py reads it.
-DAEMON_DIED_MARKER = "HVD-MPI-DAEMON-DIED:"
 
-# The one line a barrier task raises when its Python cannot run a rank (barrier/entry.py), followed
-# by a JSON report; driver/worker_diagnosis.py finds it in Spark's job error.
-WORKER_REPORT_MARKER = "HVD-WORKER-ENVIRONMENT:"
+@dataclass(frozen=True)
+class Log(Message, op=Op.LOG):
+    line: str = ""
+    stream: str = Stream.LOG
+    rank: int | None = None  # a launcher speaking for a rank (mpirun: for every rank)
+
+
+@dataclass(frozen=True)
+class Diagnostic(Message, op=Op.DIAGNOSTIC):
+    """A launcher's account of a slow start, quoted if the ranks never start."""
+    line: str = ""
+
+
+@dataclass(frozen=True)
+class RankException(Message, op=Op.EXCEPTION):
+    type: str
+    message: str
+    traceback: str = ""
+    hint: str | None = None
+    while_loading: bool = False
+    rank: int | None = None
+
+
+@dataclass(frozen=True)
+class Stalled(Message, op=Op.STALLED):
+    waiting_s: float = 0.0
+    pending: int = 0
+    rank: int | None = None
+
+
+@dataclass(frozen=True)
+class Returned(Message, op=Op.RETURNED):
+    rank: int | None = None
+
+
+@dataclass(frozen=True)
+class Result(Message, op=Op.RESULT):
+    """Rank 0's sealed result follows as bytes."""
+    size: int = 0
+
+
+@dataclass(frozen=True)
+class Timeline(Message, op=Op.TIMELINE):
+    """A chunk of rank 0's timeline follows as bytes."""
+    size: int = 0
+
+
+@dataclass(frozen=True)
+class Exited(Message, op=Op.EXITED):
+    """A rank process ended. ``daemon``: an Open MPI process (orted or mpirun) died of a signal:
+    {process, host, signal, code}."""
+    rank: int | None = None
+    returncode: int | None = None
+    host: str | None = None
+    pid: int | None = None
+    tail: list[str] = field(default_factory=list)
+    signal: str | None = None
+    stopped_by_driver: bool = False
+    daemon: dict[str, Any] | None = None
+
+
+@dataclass(frozen=True)
+class Bye(Message, op=Op.BYE):
+    pass
+
+
+@dataclass(frozen=True)
+class Roster(Message, op=Op.ROSTER):
+    """Every barrier task's info ({host, hostname, rsh_port, gpus}), in partition order."""
+    tasks: list[dict[str, Any]] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class Stop(Message, op=Op.STOP):
+    pass
+
+
+@dataclass(frozen=True)
+class KvGet(Message, op=Op.KV_GET):
+    scope: str = ""
+    key: str = ""
+
+
+@dataclass(frozen=True)
+class KvPut(Message, op=Op.KV_PUT):
+    """The value follows as bytes."""
+    scope: str = ""
+    key: str = ""
+
+
+@dataclass(frozen=True)
+class KvDelete(Message, op=Op.KV_DELETE):
+    scope: str = ""
+    key: str = ""
+
+
+@dataclass(frozen=True)
+class KvStatus:
+    """The store's answer to a KvGet, KvPut or KvDelete (HTTP's codes); a found value follows as bytes."""
+    status: int
+
+    def to_wire(self) -> dict[str, Any]:
+        return {"status": self.status}
+
+    @classmethod
+    def from_wire(cls, data: dict[str, Any]) -> KvStatus:
+        return cls(status=int(data["status"]))
+
+
+@dataclass(frozen=True)
+class Exec(Message, op=Op.EXEC):
+    command: str = ""  # orted's command line, run by /bin/sh
+
+
+@dataclass(frozen=True)
+class Out(Message, op=Op.OUT):
+    stream: str = Stream.STDOUT
+    data: str = ""
+
+
+@dataclass(frozen=True)
+class Exit(Message, op=Op.EXIT):
+    code: int = 0
+
+
+# ---- what the driver service tells the monitor beyond the peers' own messages ----
+
+@dataclass(frozen=True)
+class Lost:
+    """A launcher or barrier task left without saying bye: its executor died, or its host stopped
+    answering (``unreachable``)."""
+    host: str = "?"
+    hostname: str | None = None
+    pid: int | None = None
+    unreachable: bool = False
+
+
+# What a rendezvous proxy sends for each of gloo's HTTP requests.
+KV_REQUESTS: dict[Op, type[Message]] = {Op.KV_GET: KvGet, Op.KV_PUT: KvPut, Op.KV_DELETE: KvDelete}
