@@ -37,7 +37,10 @@ demo: setup
 
 # What a script or notebook installs (README.md): this package's wheel and sdist, the horovod wheel
 # the set-up built for its torch, pyspark's wheels (PyPI has only sdists), and the pins as constraints.
-dist: setup
+# The set-up runs only where .venv is missing: in a copy of the tree (the tests'), it would point
+# .venv's editable install at the copy.
+dist:
+	@test -x $(PY) || $(MAKE) setup
 	rm -rf dist
 	$(PY) -m build --outdir dist .
 	cp "$$(cat .venv/.horovod-wheel)" dist/

@@ -125,17 +125,19 @@ def readme_block(marker: str) -> str:
 @pytest.fixture(scope="session")
 def built_distributions(tmp_path_factory):
     """dist/ as README.md's install makes it (its first command, `make dist`), in a copy of the source
-    tree, built once for the tests that install it (test_packaging, test_provider_install). The suite's
-    own set-up is done: make is told not to redo it (-o setup), which would repoint .venv's editable
-    install at the copy."""
+    tree with this .venv, built once for the tests that install it (test_packaging,
+    test_provider_install). .venv's editable install must still point at the checkout afterwards."""
     root = tmp_path_factory.mktemp("build")
     source = Path(source_tree_copy(root / "source"))
     (source / ".venv").symlink_to(Path(REPO) / ".venv")
     make = readme_block("install").splitlines()[0].split("#")[0].strip()
     assert make == "make dist", f"README's install no longer starts with make dist: {make!r}"
-    done = subprocess.run(["bash", "-c", make], cwd=source, env={**os.environ, "MAKEFLAGS": "-o setup"},
-                          capture_output=True, text=True, timeout=900)
+    done = subprocess.run(["bash", "-c", make], cwd=source, capture_output=True, text=True, timeout=900)
     assert done.returncode == 0, f"{make} failed:\n{done.stdout[-3000:]}\n{done.stderr[-5000:]}"
+    assert "[setup]" not in done.stdout, f"{make} ran the set-up in the copy:\n{done.stdout[-3000:]}"
+    found = subprocess.run([sys.executable, "-c", "import airflow_provider_hvd; print(airflow_provider_hvd.__file__)"],
+                           cwd="/", capture_output=True, text=True, timeout=60).stdout.strip()
+    assert found.startswith(str(REPO)), f"the package now imports from {found}, not the checkout {REPO}"
     dist = source / "dist"
     (wheel,), (sdist,) = list(dist.glob("airflow_provider_hvd-*.whl")), list(dist.glob("*.tar.gz"))
     return {"wheel": wheel, "sdist": sdist, "source": source}
@@ -309,3 +311,23 @@ def s3_bucket(s3_server, monkeypatch):
     yield bucket
     fs.rm(bucket, recursive=True)
     s3fs.S3FileSystem.clear_instance_cache()
+
+
+# Each test module's seconds (set-up, call and tear-down of its tests), printed at the end of the
+# run after pytest's slowest tests, so that the next slow module is seen when it lands.
+_MODULE_SECONDS: dict[str, float] = {}
+
+
+def pytest_runtest_logreport(report):
+    module = report.nodeid.split("::")[0]
+    _MODULE_SECONDS[module] = _MODULE_SECONDS.get(module, 0.0) + report.duration
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_terminal_summary(terminalreporter):
+    if not _MODULE_SECONDS:
+        return
+    terminalreporter.section("seconds per test module")
+    for module, seconds in sorted(_MODULE_SECONDS.items(), key=lambda item: -item[1]):
+        terminalreporter.write_line(f"{seconds:8.1f}s  {module}")
+    terminalreporter.write_line(f"{sum(_MODULE_SECONDS.values()):8.1f}s  in all")

@@ -313,7 +313,7 @@ def test_load_result_verifies_with_the_connections_key_and_says_how_to_get_one(m
 
 def test_runner_options_come_from_the_operator_then_the_connection_then_the_defaults(monkeypatch):
     from airflow_provider_hvd.operators.horovod_runner import HorovodRunnerOperator
-    from airflow_provider_hvd.runner import defaults, spark_app
+    from airflow_provider_hvd.runner import spark_app
 
     monkeypatch.setenv("AIRFLOW_CONN_HOROVOD_DEFAULT", json.dumps({"conn_type": "horovod", "extra": {
         "max_restarts": 3, "stall_timeout": "none", "extra__horovod__slot_wait_timeout": "300",

@@ -119,7 +119,10 @@ def test_the_runner_imports_nothing_of_airflow():
 def declared():
     from airflow_provider_hvd.runner.wire import messages
 
-    return messages, {name: getattr(messages, name) for name in ("Op", "Role", "Stream", "EventKind", "LaunchEnv")}
+    from airflow_provider_hvd.runner.wire import launch
+
+    return messages, {**{name: getattr(messages, name) for name in ("Op", "Role", "Stream", "EventKind")},
+                      "LaunchEnv": launch.LaunchEnv}
 
 
 def test_every_protocol_name_used_is_declared():
@@ -168,8 +171,9 @@ def test_no_op_role_stream_or_event_is_a_bare_string():
 
 
 def test_the_modules_processes_start_each_other_by_exist():
-    messages, _ = declared()
-    for name in (messages.RANK_MAIN_MODULE, messages.RSH_AGENT_MODULE):
+    from airflow_provider_hvd.runner.wire import launch
+
+    for name in (launch.RANK_MAIN_MODULE, launch.RSH_AGENT_MODULE):
         assert importlib.util.find_spec(name) is not None, f"python -m {name} would start nothing"
 
 
@@ -239,19 +243,35 @@ def test_the_airflow_side_has_one_folder_per_role_and_imports_go_one_way():
     assert not wrong, "imports against the Airflow side's direction:\n" + "\n".join(wrong)
 
 
-def test_the_airflow_side_keeps_modules_and_functions_small():
-    """A module a reader takes in at once, functions that each do one thing."""
+# Runner modules and functions from before the limit, each to be split (and removed from here);
+# a new one over the limit fails, and so does one listed here that is now within it.
+NOT_YET_SPLIT = {
+    "airflow_provider_hvd.runner.wire.channel", "airflow_provider_hvd.runner.driver.timeline_publisher",
+    "airflow_provider_hvd.runner.barrier.barrier_task._mpi_task",
+    "airflow_provider_hvd.runner.driver.dependencies.pickled_modules",
+    "airflow_provider_hvd.runner.driver.worker_diagnosis.diagnose",
+}
+
+
+def test_modules_and_functions_stay_small():
+    """A module a reader takes in at once, functions that each do one thing (examples/ aside)."""
     wrong = []
-    for module, (path, tree) in provider_modules(AIRFLOW_ALLOWED).items():
+    folders = [p.name for p in PACKAGE.iterdir() if p.is_dir() and (p / "__init__.py").exists() and p.name != "examples"]
+    over = set()
+    for module, (path, tree) in provider_modules(folders).items():
         lines = len(path.read_text().splitlines())
         if lines > MAX_MODULE_LINES:
+            over.add(module)
             wrong.append(f"{module}: {lines} lines")
         for node in ast.walk(tree):
             if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
                 length = node.end_lineno - node.lineno + 1
                 if length > MAX_FUNCTION_LINES:
+                    over.add(f"{module}.{node.name}")
                     wrong.append(f"{module}.{node.name}: {length} lines")
+    wrong = [w for w in wrong if w.split(":")[0] not in NOT_YET_SPLIT]
     assert not wrong, f"over {MAX_MODULE_LINES} lines a module or {MAX_FUNCTION_LINES} a function:\n" + "\n".join(wrong)
+    assert NOT_YET_SPLIT <= over, f"within the limits now, so off NOT_YET_SPLIT: {sorted(NOT_YET_SPLIT - over)}"
 
 
 

@@ -207,7 +207,6 @@ def test_an_open_mpi_daemon_crash_is_named_in_our_words(standalone, tmp_path, no
     """A real orted crash: mpirun's own launch-agent knob starts, on the other hosts, a 'daemon' that
     dies of SIGSEGV the way the hwloc crash of issue 23 did. The error names Open MPI, the host and
     the signal, keeps Open MPI's lines, and the next run works."""
-    import time
 
     from airflow_provider_hvd.runner.errors import MpiDaemonCrashError
 

@@ -8,8 +8,6 @@ The S3 endpoint is moto's standalone server: a stand-in for a cloud bucket, whic
 import hashlib
 import json
 import os
-import subprocess
-import sys
 import threading
 import time
 import tracemalloc

@@ -24,7 +24,7 @@ from airflow_provider_hvd.runner.checkpoint import CHECKPOINT_DIR_ENV, RESUME_FR
 from airflow_provider_hvd.runner.driver.timeline_publisher import live_view_location
 from airflow_provider_hvd.runner.wire import payload
 from airflow_provider_hvd.triggers.horovod_driver import DriverEnded
-from airflow_provider_hvd.version_compat import AirflowException, conf
+from airflow_provider_hvd.version_compat import conf
 
 
 def _is_template(value: object) -> bool:

@@ -26,7 +26,7 @@ QUICK_START = (
 
 
 def pyspark_dir() -> str:
-    """pyspark's package folder, found without importing pyspark (an import costs the task 0.45 s)."""
+    """pyspark's package folder, found without importing pyspark (its import is slow, on the task's path)."""
     spec = importlib.util.find_spec("pyspark")
     if spec is None or not spec.submodule_search_locations:
         raise ModuleNotFoundError("pyspark is not installed here: the operator submits through its spark-submit "

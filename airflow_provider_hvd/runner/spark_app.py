@@ -43,7 +43,7 @@ OWNER_PID_ENV = "HVD_OWNER_PID"
 APPLICATION_MARKER = "HVD-SPARK-APPLICATION "
 # Standalone cluster mode: the jar spark-submit was handed only to carry PythonRunner (spark-core's,
 # placements/standalone.py). Spark lists it in spark.jars, so every executor would fetch and copy it
-# (15 MB, before its first task) though every Spark host has it on its classpath: left out here.
+# before its first task, though every Spark host has it on its classpath: left out here.
 CARRIER_JAR_ENV = "HVD_CARRIER_JAR"
 # The executors' Python worker daemon: pyspark's own, but importing pyspark from its compiled
 # installation rather than Spark's zip (runner/barrier/worker_daemon.py); a user's own setting wins.
@@ -188,58 +188,80 @@ def main(argv: list[str] | None = None) -> int:
         shipper = LogShipper(args.log_dir).start()  # before logging binds to sys.stdout
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s",
                         stream=sys.stdout)
-    import cloudpickle
-
-    from airflow_provider_hvd.runner.common.storage import atomic_write
-    from airflow_provider_hvd.runner.driver import pyspark_internals
-    from airflow_provider_hvd.runner.run import HorovodRunner
-    from airflow_provider_hvd.runner.results import seal_result
-    from airflow_provider_hvd.runner.wire import payload
-
-    error_url = args.result + ".error.json"
-    sc = None
-    code = 1
+    application = _Application(args)
     try:
-        key = take_signing_key()
-        rank_env = json.loads(os.environ.pop(RANK_ENV_ENV, "{}"))
-        # The payload is fetched while the SparkContext starts (and, on a cluster, while the executors
-        # are launched): from object storage the fetch costs about a second (the S3 client's import
-        # and its first request), which the two JVMs' start would otherwise wait for. It is verified
-        # before it is unpickled, as ever; only the bytes arrive early.
-        with concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="hvd-payload") as fetcher:
-            fetched = fetcher.submit(read_payload, args.payload)
-            from pyspark import SparkContext
-
-            # A SparkContext, not a SparkSession: the barrier stage is an RDD job, and a session would
-            # load Spark SQL's classes for nothing (2 s of every task's launch, measured: docs/benchmarks.md).
-            sc = SparkContext.getOrCreate(spark_conf())
-            announce_application(sc)
-            sealed = fetched.result()
-        fn, kwargs = cloudpickle.loads(payload.open_sealed(sealed, key, payload.KIND_CALL))
-        del sealed
-        runner = HorovodRunner(np=args.np, env=rank_env, timeline=args.timeline, spark=sc, **args.options)
-        value = runner.run(fn, **kwargs)
-        atomic_write(args.result, seal_result(value, key))
-        code = 0
-        return code
-    except BaseException as exc:
-        report = {"type": type(exc).__name__, "message": str(exc), "traceback": traceback.format_exc()}
-        try:
-            atomic_write(error_url, json.dumps(report).encode())
-        except Exception:
-            pass
-        print(f"HorovodRunner application failed: {type(exc).__name__}: {exc}", file=sys.stderr, flush=True)
-        return code
+        return application.run()
     finally:
         if shipper is not None:
             # The heartbeat's exit code tells a follower that the result (or error) is there and the
-            # output complete: said before the SparkContext stops (0.1 s or more, executors released),
-            # which the follower need not wait for, and long before the master sees this driver end.
-            shipper.close(exit_code=code)
-        if sc is not None:
-            # The JVM's context only: pyspark's stop() then waits 0.9 s for its accumulator server,
+            # output complete: said before the SparkContext stops (executors released), which the
+            # follower need not wait for, and long before the master sees this driver end.
+            shipper.close(exit_code=application.code)
+        application.stop()
+
+
+class _Application:
+    """One run of the application: payload in, HorovodRunner, result (or error report) out."""
+
+    def __init__(self, args: argparse.Namespace) -> None:
+        self.args = args
+        self.sc = None
+        self.code = 1
+
+    def run(self) -> int:
+        try:
+            self._train()
+            self.code = 0
+        except BaseException as exc:
+            self._report(exc)
+        return self.code
+
+    def _train(self) -> None:
+        import cloudpickle
+
+        from airflow_provider_hvd.runner.common.storage import atomic_write
+        from airflow_provider_hvd.runner.results import seal_result
+        from airflow_provider_hvd.runner.run import HorovodRunner
+        from airflow_provider_hvd.runner.wire import payload
+
+        key = take_signing_key()
+        rank_env = json.loads(os.environ.pop(RANK_ENV_ENV, "{}"))
+        # The payload is fetched while the SparkContext starts (and, on a cluster, while the executors
+        # are launched), which the fetch from object storage would otherwise delay. It is verified
+        # before it is unpickled, as ever; only the bytes arrive early.
+        with concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="hvd-payload") as fetcher:
+            fetched = fetcher.submit(read_payload, self.args.payload)
+            from pyspark import SparkContext
+
+            # A SparkContext, not a SparkSession: the barrier stage is an RDD job, and a session would
+            # load Spark SQL's classes on every task's launch for nothing.
+            self.sc = SparkContext.getOrCreate(spark_conf())
+            announce_application(self.sc)
+            sealed = fetched.result()
+        fn, kwargs = cloudpickle.loads(payload.open_sealed(sealed, key, payload.KIND_CALL))
+        del sealed
+        runner = HorovodRunner(np=self.args.np, env=rank_env, timeline=self.args.timeline, spark=self.sc,
+                               **self.args.options)
+        value = runner.run(fn, **kwargs)
+        atomic_write(self.args.result, seal_result(value, key))
+
+    def _report(self, exc: BaseException) -> None:
+        from airflow_provider_hvd.runner.common.storage import atomic_write
+
+        report = {"type": type(exc).__name__, "message": str(exc), "traceback": traceback.format_exc()}
+        try:
+            atomic_write(self.args.result + ".error.json", json.dumps(report).encode())
+        except Exception:
+            pass
+        print(f"HorovodRunner application failed: {type(exc).__name__}: {exc}", file=sys.stderr, flush=True)
+
+    def stop(self) -> None:
+        if self.sc is not None:
+            from airflow_provider_hvd.runner.driver import pyspark_internals
+
+            # The JVM's context only: pyspark's stop() then waits for its accumulator server,
             # a thread that os._exit (this process's last step) ends anyway.
-            pyspark_internals.stop_jvm_context(sc)
+            pyspark_internals.stop_jvm_context(self.sc)
 
 
 if __name__ == "__main__":

@@ -3,9 +3,8 @@
 Spark starts each Python process it runs (the driver under spark-submit, every executor's Python
 worker daemon) with ``$SPARK_HOME/python/lib/pyspark.zip`` and ``py4j-*-src.zip`` first on
 ``PYTHONPATH``. Python imports a zip's modules without bytecode, and those zips hold none, so
-every one of those processes compiles pyspark's source anew before its first line of work:
-0.55-0.6 s each on a 2-core host, against 0.15 s for the same imports from an installation,
-whose bytecode was compiled at install (measured: docs/benchmarks.md). A worker's daemon pays
+every one of those processes compiles pyspark's source anew before its first line of work,
+where an installation's bytecode was compiled once (docs/benchmarks.md). A worker's daemon pays
 it on its stage's critical path, and the driver before its SparkContext.
 
 Where the same release is installed on the path as well (``pip install pyspark``, which is also

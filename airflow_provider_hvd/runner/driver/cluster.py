@@ -20,8 +20,8 @@ log = logging.getLogger("airflow_provider_hvd.runner")
 
 _announced: set[tuple[str, str]] = set()
 # How often the wait for executors looks again. The barrier stage is submitted the moment the slots
-# are there, so a coarser look is time every launch loses (0.25 s on average at 0.5 s); a look is one
-# local py4j call into the driver's JVM.
+# are there, so a coarser look is time every launch loses; a look is one local py4j call into the
+# driver's JVM.
 SLOT_POLL_S = 0.1
 
 

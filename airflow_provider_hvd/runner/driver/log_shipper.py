@@ -85,7 +85,7 @@ class LogShipper:
     def _run(self) -> None:
         # The first heartbeat at once, so a follower knows the driver started; from this thread, not
         # start()'s caller: its first write (the storage client's set-up, then a request) would
-        # otherwise delay the SparkContext, and with it the executors' launch, by 0.2-0.4 s.
+        # otherwise delay the SparkContext, and with it the executors' launch.
         self.ship()
         while not self._stop.wait(self.interval):
             self.ship()

@@ -15,8 +15,7 @@ changes one (pin pyspark and read that test before upgrading).
   cluster offers now, the very number Spark's barrier scheduler checks. The public
   ``defaultParallelism`` is a configured default, not free slots.
 - ``SparkContext._jsc.stop()``: the JVM half of ``SparkContext.stop()``. The public method then
-  shuts pyspark's accumulator server down, which waits about 0.9 s for its connection handler's
-  poll; a driver about to end its process (runner/spark_app.py) need not wait for a thread that
+  shuts pyspark's accumulator server down, which waits for its connection handler's poll; a driver about to end its process (runner/spark_app.py) need not wait for a thread that
   dies with it.
 - ``SparkContext._ensure_initialized()``: starts (or, under spark-submit, joins) the JVM gateway.
   A ``SparkConf()`` made before it is a bare Python dict that knows none of spark-submit's
