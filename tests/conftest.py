@@ -313,21 +313,44 @@ def s3_bucket(s3_server, monkeypatch):
     s3fs.S3FileSystem.clear_instance_cache()
 
 
-# Each test module's seconds (set-up, call and tear-down of its tests), printed at the end of the
-# run after pytest's slowest tests, so that the next slow module is seen when it lands.
-_MODULE_SECONDS: dict[str, float] = {}
+# Each test module's seconds (set-up, call and tear-down of its tests) and how busy the machine's
+# CPUs were meanwhile, printed after pytest's slowest tests: the next slow module is seen when it
+# lands, and whether it computes or waits. HVD_TEST_TIMES=<file> also writes every test's figures.
+_MODULE_SECONDS: dict[str, list[float]] = {}
+_TEST_TIMES: list[dict] = []
 
 
-def pytest_runtest_logreport(report):
-    module = report.nodeid.split("::")[0]
-    _MODULE_SECONDS[module] = _MODULE_SECONDS.get(module, 0.0) + report.duration
+def _busy_cpu_seconds() -> float:
+    try:
+        fields = [int(v) for v in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]]
+    except OSError:
+        return 0.0
+    idle = fields[3] + (fields[4] if len(fields) > 4 else 0)  # idle + iowait
+    return (sum(fields[:8]) - idle) / os.sysconf("SC_CLK_TCK")
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_protocol(item, nextitem):
+    wall, busy = time.monotonic(), _busy_cpu_seconds()
+    yield
+    wall, busy = time.monotonic() - wall, _busy_cpu_seconds() - busy
+    totals = _MODULE_SECONDS.setdefault(item.nodeid.split("::")[0], [0.0, 0.0])
+    totals[0] += wall
+    totals[1] += busy
+    _TEST_TIMES.append({"test": item.nodeid, "seconds": round(wall, 1), "busy_cpu_seconds": round(busy, 1)})
 
 
 @pytest.hookimpl(trylast=True)
 def pytest_terminal_summary(terminalreporter):
     if not _MODULE_SECONDS:
         return
-    terminalreporter.section("seconds per test module")
-    for module, seconds in sorted(_MODULE_SECONDS.items(), key=lambda item: -item[1]):
-        terminalreporter.write_line(f"{seconds:8.1f}s  {module}")
-    terminalreporter.write_line(f"{sum(_MODULE_SECONDS.values()):8.1f}s  in all")
+    cores = os.cpu_count() or 1
+    terminalreporter.section("seconds per test module (CPU busy: share of this machine's cores in use)")
+    for module, (seconds, busy) in sorted(_MODULE_SECONDS.items(), key=lambda item: -item[1][0]):
+        terminalreporter.write_line(f"{seconds:8.1f}s  {busy / max(seconds * cores, 1e-9):4.0%}  {module}")
+    seconds, busy = (sum(column) for column in zip(*_MODULE_SECONDS.values()))
+    terminalreporter.write_line(f"{seconds:8.1f}s  {busy / max(seconds * cores, 1e-9):4.0%}  in all")
+    if os.environ.get("HVD_TEST_TIMES"):
+        import json
+
+        Path(os.environ["HVD_TEST_TIMES"]).write_text(json.dumps(_TEST_TIMES, indent=1))

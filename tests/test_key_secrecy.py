@@ -34,6 +34,8 @@ SUBMITTER = ("bin/spark-submit", "bin/find-spark-home", "find_spark_home.py", "o
 # when Airflow imports it, so `airflow dags test` (which got the connection, key and all, from this test)
 # starts one, for milliseconds (seen once in a clean-clone run). Its parent's environment is read on its own.
 PLATFORM_FILE = re.compile(r"^file -b \S*python[\d.]*$")
+# Between fork and exec, a child of `airflow dags test` (spark-submit, being started) still shows its
+# parent's command line and environment: it is the exempt process's image, read on its own once it execs.
 
 
 class ProcessWatch(threading.Thread):
@@ -43,6 +45,10 @@ class ProcessWatch(threading.Thread):
         super().__init__(daemon=True)
         self.key_hex = key_hex
         self.exempt_pid = exempt_pid  # `airflow dags test` itself: it got the connection from us
+        try:
+            self.exempt_cmdline = " ".join(psutil.Process(exempt_pid).cmdline())
+        except psutil.Error:
+            self.exempt_cmdline = None
         # Standalone cluster mode: the key reaches the driver's own environment (the worker's
         # DriverWrapper JVM and its Python child) and must reach no other process.
         self.cluster_driver = cluster_driver
@@ -64,7 +70,8 @@ class ProcessWatch(threading.Thread):
                     continue
                 if self.key_hex in cmdline.lower():
                     self.leaks.add(f"command line of {proc.pid}: {cmdline[:200]}")
-                if PLATFORM_FILE.match(cmdline) and self._parent_is_exempt(proc):
+                unexeced_fork = cmdline == self.exempt_cmdline
+                if (PLATFORM_FILE.match(cmdline) or unexeced_fork) and self._parent_is_exempt(proc):
                     continue
                 # The driver JVM's environment is inherited by what it starts: the Python driver and
                 # Hadoop's helpers (chmod), as Spark's own _SPARK_AUTH_SECRET is. Nothing further down.
