@@ -1,5 +1,5 @@
-# Every target does its own set-up first (scripts/setup.sh is idempotent and
-# takes about 30 s once the environment exists).
+# Every target does its own set-up first (scripts/setup.sh: it returns at once when a finished
+# set-up was made from the same pyproject.toml and scripts/).
 PY := .venv/bin/python
 # The TensorFlow flavour lives in its own environment, so the default one stays PyTorch-only.
 TF_VENV := .venv-tf

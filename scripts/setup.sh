@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # One set-up path for README, CI and docker/: make .venv with Airflow, Spark,
 # torch, horovod (built from source, cached) and this package (editable), then
-# prove the environment is real. Idempotent: a second run takes seconds.
+# prove the environment is real. Idempotent: once it has finished, a run with the same
+# inputs (this script, pyproject.toml, scripts/, the knobs below) returns at once.
 #
 #   scripts/setup.sh            # or: make setup
 #
@@ -34,6 +35,19 @@ fail() { echo "setup FAILED at step '$step_name': $1" >&2; exit 1; }
 trap 'rc=$?; [ $rc -ne 0 ] && [ -n "$step_name" ] && echo "setup FAILED at step \"$step_name\" (exit $rc); see the output above" >&2' EXIT
 
 as_root() { [ "$(id -u)" = 0 ]; }
+
+# `make test`, `make demo` and CI run the set-up before their own work: what a finished set-up
+# wrote is not done again while nothing it was made from has changed.
+setup_key=$( { cat scripts/setup.sh scripts/versions.py scripts/build_horovod.sh scripts/build_sdist_wheels.sh \
+                   scripts/check_env.py pyproject.toml
+               echo "$repo $VENV $PYTHON ${HVD_FLAVOUR:-} ${HVD_EXTRAS:-} ${HVD_GPU_OPERATIONS:-} ${TORCH_INDEX_URL:-} ${HVD_SKIP_CHECK:-}"
+             } | sha256sum | cut -d' ' -f1)
+done_stamp="$VENV/.setup-done"
+if [ "${HVD_PREPARE_ONLY:-0}" != 1 ] && [ -x "$VENV/bin/python" ] && [ "$(cat "$done_stamp" 2>/dev/null)" = "$setup_key" ]; then
+    echo "==> [setup] $VENV is set up from this checkout's pyproject.toml and scripts/ (to redo it: rm $done_stamp)"
+    exit 0
+fi
+rm -f "$done_stamp"
 
 # Make sure every command in $3.. exists, installing the Debian packages $2 with apt when
 # one is missing: now as root, else stop with the exact command to run.
@@ -147,4 +161,5 @@ if [ "${HVD_SKIP_CHECK:-0}" != 1 ]; then
     HVD_FLAVOUR=$flavour "$py" scripts/check_env.py || fail "the environment check failed (output above)"
 fi
 step_name=""
+echo "$setup_key" > "$done_stamp"
 echo "==> [setup] done: $VENV is ready (activate with: source $VENV/bin/activate)"
