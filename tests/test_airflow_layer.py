@@ -16,6 +16,7 @@ from pathlib import Path
 
 import pytest
 from conftest import assert_no_run_processes, rank_processes
+from waiting import wait_for
 
 REPO = Path(__file__).resolve().parent.parent
 AIRFLOW = str(Path(sys.executable).parent / "airflow")
@@ -115,10 +116,8 @@ def test_on_kill_stops_spark_and_every_rank(airflow, fault):
                              "train"], env=airflow["env"], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                             text=True)
     try:
-        deadline = time.monotonic() + 120
-        while len(rank_processes()) < 2 and time.monotonic() < deadline and proc.poll() is None:
-            time.sleep(0.5)
-        assert len(rank_processes()) == 2, "the ranks never started"
+        wait_for("both ranks of the training task to start", lambda: len(rank_processes()) == 2, 120,
+                 seen=rank_processes, process=proc)
         time.sleep(2)  # well into training
         # The task's links are in the UI while it runs, not only once it ends.
         links = {key: value for key, value in xcoms(airflow, "hvd_mnist_pytorch", "train").items()
@@ -138,14 +137,12 @@ def test_on_kill_stops_spark_and_every_rank(airflow, fault):
     assert_no_run_processes(timeout=10)
     import psutil
 
-    deadline = time.monotonic() + 10
-    while True:
-        left = [p.info["cmdline"] for p in psutil.process_iter(["cmdline"])
+    def left():
+        return [p.info["cmdline"] for p in psutil.process_iter(["cmdline"])
                 if any("spark_app.py" in part or "SparkSubmit" in part for part in (p.info["cmdline"] or []))]
-        if not left or time.monotonic() > deadline:
-            break
-        time.sleep(0.2)
-    assert not left, f"the Spark application survived its task ({how}): {left}"
+
+    wait_for(f"spark-submit and the Spark application to end after the task's {how}", lambda: not left(), 10,
+             interval=0.2, seen=left)
     record.observe("the driver ended spark-submit, the application and every rank", record.failed_after())
 
 
@@ -581,10 +578,8 @@ def test_an_executor_lost_under_airflow_is_restarted_within_the_first_try(airflo
     reader.start()
     try:
         marker = markers / "attempt-0-rank-1.pid"
-        deadline = time.monotonic() + 300
-        while not marker.exists():
-            assert proc.poll() is None and time.monotonic() < deadline, "".join(output)[-5000:]
-            time.sleep(0.1)
+        wait_for(f"rank 1 to reach training ({marker.name})", marker.exists, 300, interval=0.1,
+                 seen=lambda: "".join(output)[-5000:], process=proc)
         time.sleep(1.0)  # a few steps and checkpoints in
         rank = psutil.Process(int(marker.read_text()))
         executor = next(p for p in rank.parents() if "CoarseGrainedExecutorBackend" in " ".join(p.cmdline()))

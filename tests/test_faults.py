@@ -13,6 +13,7 @@ import psutil
 import pytest
 import rank_functions as rf
 from conftest import assert_no_run_processes, python_in_venv, rank_processes, run_processes
+from waiting import wait_for
 
 from airflow_provider_hvd import HorovodRunner, latest_checkpoint, load_checkpoint
 from airflow_provider_hvd.runner.errors import RankFailedError, StallError
@@ -26,15 +27,6 @@ def quiet(*_):
     pass
 
 
-def wait_for(predicate, timeout, interval=0.05):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if predicate():
-            return True
-        time.sleep(interval)
-    return predicate()
-
-
 def pid_of(marker_dir, rank, timeout=120.0) -> int:
     return int(_marker(marker_dir, rank, timeout)[0])
 
@@ -46,7 +38,8 @@ def host_of(marker_dir, rank, timeout=120.0) -> str:
 def _marker(marker_dir, rank, timeout) -> list[str]:
     """What rank_functions.train_until_killed wrote: pid, then host (its executor's address)."""
     path = os.path.join(marker_dir, f"rank-{rank}.pid")
-    assert wait_for(lambda: os.path.exists(path), timeout), f"rank {rank} never reached training"
+    wait_for(f"rank {rank} to reach training (its marker {path})", lambda: os.path.exists(path), timeout,
+             interval=0.05)
     return (open(path).read().splitlines() + [""])[:2]
 
 
@@ -91,7 +84,8 @@ def test_rank_killed_mid_training_fails_fast_and_clean(spark_local2, launcher, t
     assert any("rank 1 step" in line for line in err.tail), err.tail
     assert seconds < 3, f"took {seconds:.2f} s to fail"
     sc = spark_local2.sparkContext
-    assert wait_for(lambda: not sc.statusTracker().getActiveJobsIds(), 10)
+    wait_for("the failed run's Spark job to end", lambda: not sc.statusTracker().getActiveJobsIds(), 10,
+             interval=0.05, seen=sc.statusTracker().getActiveJobsIds)
     assert_no_run_processes()
     assert HorovodRunner(np=2, launcher=launcher, log_sink=quiet).run(rf.chatty) == 0
     last_step = [line for line in err.tail if "rank 1 step" in line][-1]
@@ -150,9 +144,9 @@ def test_driver_killed_every_rank_and_executor_process_exits(launcher, tmp_path,
         driver.kill()
         driver.wait()
         left = lambda: [p for p in tree + ranks if p.is_running() and p.status() != psutil.STATUS_ZOMBIE]  # noqa: E731
-        gone = wait_for(lambda: not left(), 30, interval=0.2)
+        wait_for("every process of the killed driver to end", lambda: not left(), 30, interval=0.2,
+                 seen=lambda: [(p.pid, p.name()) for p in left()])
         seconds = record.failed_after()
-        assert gone, f"still running after the driver died: {[(p.pid, p.name()) for p in left()]}"
         record.observe(f"{len(tree)} processes of the driver (JVM, Python workers, ranks"
                        f"{', mpirun' if launcher == 'mpi' else ''}) all gone", seconds)
     finally:
@@ -170,8 +164,9 @@ def test_crash_while_rank0_writes_a_checkpoint_keeps_the_previous_one(spark_loca
 
     def kill_rank_1_mid_write():
         pid = pid_of(marker, 1)
-        assert wait_for(lambda: ckpt_dir.exists() and any(p.name.startswith(".tmp-") for p in ckpt_dir.iterdir()),
-                        120, interval=0.005), "checkpoint 2 never started writing"
+        wait_for("rank 0 to start writing checkpoint 2 (a .tmp- file in the checkpoint folder)",
+                 lambda: ckpt_dir.exists() and any(p.name.startswith(".tmp-") for p in ckpt_dir.iterdir()),
+                 120, interval=0.005)
         record.start()
         os.kill(pid, signal.SIGKILL)
 

@@ -24,6 +24,7 @@ import psutil
 import pytest
 from airflow_services import RestClient, free_port
 from conftest import RANK_MARKER, RSH_AGENT_MARKER, run_processes
+from waiting import wait_for
 from test_airflow_layer import SPARK_LOG_LINE
 
 from localcluster.services import Cluster
@@ -120,13 +121,11 @@ def deployment(tmp_path_factory):
 
 
 def wait_for_dags(api: RestClient, dag_ids: set[str], timeout: float = 180) -> None:
-    deadline = time.monotonic() + timeout
-    while True:
-        listed = {d["dag_id"] for d in api.api("GET", "/dags?limit=100")["dags"]}
-        if dag_ids <= listed:
-            return
-        assert time.monotonic() < deadline, f"not parsed within {timeout:.0f} s: {sorted(dag_ids - listed)}"
-        time.sleep(1)
+    def unlisted():
+        return sorted(dag_ids - {d["dag_id"] for d in api.api("GET", "/dags?limit=100")["dags"]})
+
+    wait_for(f"the dag-processor to parse {sorted(dag_ids)}", lambda: not unlisted(), timeout, interval=1,
+             seen=lambda: f"not in the API yet: {unlisted()}")
 
 
 def host_log(state: Path, host: str, service: str) -> str:
@@ -394,17 +393,14 @@ print(urllib.request.urlopen("http://spark-master:{SPARK_UI_PORT}/json/", timeou
     # The sensor beside it would wait for artifacts that never come: the user ends the run too.
     # evaluate turns upstream_failed at the scheduler's next look at the run, not with the PATCH: read
     # at once (0.3 s after the mark, once the processes went that fast) it was still None.
-    deadline = time.monotonic() + 30
-    while (states := task_states(api, "hvd_mnist_pytorch", run_id))["evaluate"] is None \
-            and time.monotonic() < deadline:
-        time.sleep(0.5)
+    states = wait_for("the scheduler to mark evaluate after train failed",
+                      lambda: (s := task_states(api, "hvd_mnist_pytorch", run_id))["evaluate"] is not None and s,
+                      30, seen=lambda: task_states(api, "hvd_mnist_pytorch", run_id))
     assert states["train"] == "failed" and states["evaluate"] == "upstream_failed", states
     api.api("PATCH", f"/dags/hvd_mnist_pytorch/dagRuns/{run_id}", {"state": "failed"})
     # The task's log says why it ended (written once its supervisor has seen the task process go).
-    deadline = time.monotonic() + 30
-    while "Task killed!" not in log_events(train_log) and time.monotonic() < deadline:
-        time.sleep(0.5)
-    assert "Task killed!" in log_events(train_log), log_events(train_log)[-20:]
+    wait_for("the task's log to say 'Task killed!'", lambda: "Task killed!" in log_events(train_log), 30,
+             seen=lambda: log_events(train_log)[-20:])
     assert "Sending kill signal to spark-submit" in log_events(train_log)  # on_kill ran
 
 
@@ -418,18 +414,16 @@ def wait_until_training(api: RestClient, state: Path, run_id: str, epoch: int = 
     """The train task's log file, once both ranks logged ``epoch``."""
     train_log = airflow_logs(state) / "dag_id=hvd_mnist_pytorch" / f"run_id={run_id}" / "task_id=train" / \
         "attempt=1.log"
-    deadline = time.monotonic() + 300
-    while not (train_log.exists() and f"[1]<log>: epoch {epoch}:" in train_log.read_text()):
-        assert time.monotonic() < deadline, task_states(api, "hvd_mnist_pytorch", run_id)
-        time.sleep(0.3)
+    wait_for(f"rank 1's epoch {epoch} line in the train task's log",
+             lambda: train_log.exists() and f"[1]<log>: epoch {epoch}:" in train_log.read_text(), 300,
+             interval=0.3, seen=lambda: task_states(api, "hvd_mnist_pytorch", run_id))
     return train_log
 
 
 def wait_until_train_ends(api: RestClient, run_id: str, timeout: float) -> None:
-    deadline = time.monotonic() + timeout
-    while task_states(api, "hvd_mnist_pytorch", run_id)["train"] not in ("failed", "success") \
-            and time.monotonic() < deadline:
-        time.sleep(0.25)
+    wait_for(f"the train task of {run_id} to end",
+             lambda: task_states(api, "hvd_mnist_pytorch", run_id)["train"] in ("failed", "success"), timeout,
+             interval=0.25, seen=lambda: task_states(api, "hvd_mnist_pytorch", run_id))
 
 
 @pytest.mark.faults
@@ -461,16 +455,13 @@ def test_a_worker_host_cut_from_the_network_fails_the_run_within_10_s_naming_it(
     assert not cut_off_left, cut_off_left
     # The sensor beside it waits for artifacts that never come: end the run, once the scheduler has
     # marked evaluate (marking it meanwhile can deadlock in PostgreSQL against the scheduler's update).
-    deadline = time.monotonic() + 30
-    while task_states(api, "hvd_mnist_pytorch", run_id)["evaluate"] != "upstream_failed":
-        assert time.monotonic() < deadline, task_states(api, "hvd_mnist_pytorch", run_id)
-        time.sleep(0.5)
+    wait_for("the scheduler to mark evaluate upstream_failed",
+             lambda: task_states(api, "hvd_mnist_pytorch", run_id)["evaluate"] == "upstream_failed", 30,
+             seen=lambda: task_states(api, "hvd_mnist_pytorch", run_id))
     api.api("PATCH", f"/dags/hvd_mnist_pytorch/dagRuns/{run_id}", {"state": "failed"})
     # With the link back, Spark's executor there finds its driver gone, and ends.
-    deadline = time.monotonic() + 90
-    while processes_of_runs(state) and time.monotonic() < deadline:
-        time.sleep(1)
-    assert not processes_of_runs(state), processes_of_runs(state)
+    wait_for("every process of the run to end on every host", lambda: not processes_of_runs(state), 90, interval=1,
+             seen=lambda: processes_of_runs(state))
     record.observe(f"train failed {failed_after:.1f} s after the cut: {named[0][:160]}")
     # Both workers serve again (for what comes next, as for a user's next run).
     Cluster(state).wait_workers(2, timeout=120)
@@ -489,10 +480,9 @@ def test_the_triggerer_restarted_while_the_sensor_is_deferred_still_completes_it
         return [e for path in sensor_dir.glob("attempt=1.log.trigger.*.log") for e in log_events(path)]
 
     # Deferred, and its trigger running in the triggerer (which logged that it started it).
-    deadline = time.monotonic() + 180
-    while not any(e.endswith(" starting") for e in trigger_log()):
-        assert time.monotonic() < deadline, task_states(api, "hvd_mnist_pytorch", run_id)
-        time.sleep(0.5)
+    wait_for("the triggerer to log that it started the sensor's trigger",
+             lambda: any(e.endswith(" starting") for e in trigger_log()), 180,
+             seen=lambda: task_states(api, "hvd_mnist_pytorch", run_id))
     assert task_states(api, "hvd_mnist_pytorch", run_id)["wait_for_artifacts"] == "deferred"
     done = subprocess.run([sys.executable, "-m", "localcluster", "restart", "airflow", "triggerer", "--crash"],
                           cwd=REPO, capture_output=True, text=True, timeout=120,
@@ -598,10 +588,8 @@ def test_the_s3_server_stopped_mid_training_fails_the_run_naming_the_url_and_the
     named = [e for e in events if re.search(r"save_checkpoint: writing checkpoint \d+ to s3://hvd-artifacts/\S+/"
                                             r"checkpoints/ckpt-\d+\.pt failed", e)]
     assert named, [e for e in events if "rror" in e][-20:]
-    deadline = time.monotonic() + 30
-    while processes_of_runs(state) and time.monotonic() < deadline:
-        time.sleep(0.5)
-    assert not processes_of_runs(state), processes_of_runs(state)
+    wait_for("every process of the run to end on every host", lambda: not processes_of_runs(state), 30,
+             seen=lambda: processes_of_runs(state))
     record.observe(f"train failed {took:.0f} s after S3 went: {named[-1][named[-1].index('save_checkpoint'):][:200]}")
     if api.api("GET", f"/dags/hvd_mnist_pytorch/dagRuns/{run_id}")["state"] == "running":
         api.api("PATCH", f"/dags/hvd_mnist_pytorch/dagRuns/{run_id}", {"state": "failed"})

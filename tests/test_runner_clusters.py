@@ -235,15 +235,15 @@ def _kill_rank1_executor_on_attempts(marker_dir, checkpoints, attempts, record, 
     checkpoint, SIGKILL the executor holding rank 1 (what a spot preemption does)."""
     import time
 
-    from test_faults import wait_for
+    from waiting import wait_for
 
     for attempt in attempts:
         marker = marker_dir / f"attempt-{attempt}-rank-1.pid"
-        assert wait_for(marker.exists, 240), f"rank 1 of attempt {attempt} never started"
+        wait_for(f"rank 1 of attempt {attempt} to start ({marker.name})", marker.exists, 240, interval=0.05)
         host = marker.read_text().split("\n")[1]
         before = set(checkpoints.glob("ckpt-*.pt"))
-        assert wait_for(lambda: set(checkpoints.glob("ckpt-*.pt")) - before, 120), \
-            f"attempt {attempt} wrote no checkpoint"
+        wait_for(f"attempt {attempt} to write a checkpoint", lambda: set(checkpoints.glob("ckpt-*.pt")) - before,
+                 120, interval=0.05)
         executor = executor_on(host)
         if not killed:
             record.start()
