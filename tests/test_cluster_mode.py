@@ -6,7 +6,6 @@ killing the Airflow task kills the driver on the cluster and every rank, and a d
 without a result fails the task with the runner's own message.
 """
 
-import contextlib
 import json
 import os
 import signal
@@ -20,6 +19,7 @@ import psutil
 import pytest
 from conftest import assert_no_run_processes, rank_processes
 from spark_cluster import StandaloneCluster
+from waiting import wait_for
 from test_key_secrecy import DRIVER_WRAPPER, cluster_mode_environment
 
 REPO = Path(__file__).resolve().parent.parent
@@ -59,10 +59,8 @@ def driver_processes() -> list[psutil.Process]:
 def assert_nothing_of_the_run_left(timeout: float) -> None:
     """No rank, orted or mpirun, and no Spark driver (its JVM wrapper or spark_app.py), within ``timeout``."""
     assert_no_run_processes(timeout=timeout)
-    deadline = time.monotonic() + timeout
-    while driver_processes() and time.monotonic() < deadline:
-        time.sleep(0.2)
-    assert not driver_processes(), [p.info["cmdline"] for p in driver_processes()]
+    wait_for("the Spark driver (DriverWrapper, spark_app.py) to end", lambda: not driver_processes(), timeout,
+             interval=0.2, seen=lambda: [p.info["cmdline"] for p in driver_processes()])
 
 
 def driver_state(cluster, driver_id: str) -> str:
@@ -214,12 +212,11 @@ def test_killing_the_task_kills_the_driver_on_the_cluster_and_every_rank(airflow
     proc = subprocess.Popen([AIRFLOW, "tasks", "test", "hvd_key_secrecy", "train"], env=env,
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     try:
-        deadline = time.monotonic() + 180
-        while len(list(tmp_path.glob("rank-*.pid"))) < 2 and time.monotonic() < deadline and proc.poll() is None:
-            time.sleep(0.5)
-        if len(list(tmp_path.glob("rank-*.pid"))) < 2:
-            proc.terminate()
-            raise AssertionError("the ranks never started:\n" + proc.communicate(timeout=60)[0][-5000:])
+        def pid_files():
+            return sorted(p.name for p in tmp_path.glob("rank-*.pid"))
+
+        wait_for("both ranks to reach training (their pid files)", lambda: len(pid_files()) == 2, 180, process=proc,
+                 seen=lambda: proc.stdout.read()[-5000:] if proc.poll() is not None else pid_files())
         assert len(rank_processes()) == 2 and driver_processes()
         driver_dirs = list((tmp_path / "cluster").glob("work*/driver-*"))
         assert len(driver_dirs) == 1, driver_dirs  # the driver runs on a worker, not here
@@ -280,22 +277,59 @@ def test_deferrable_hands_the_running_driver_to_a_trigger_and_resumes_with_rank_
         assert sorted(jar.name for jar in executor_dir.glob("*.jar")) == [user_jar.name], executor_dir
 
 
-@contextlib.contextmanager
-def deployed_airflow(tmp_path, cluster, s3_bucket, **knobs):
+@pytest.fixture(scope="module")
+def deployment(tmp_path_factory, s3_server):
     """Airflow as deployed (api-server, scheduler with LocalExecutor, dag-processor, triggerer on
-    PostgreSQL) with tests/dags, set for cluster mode on ``cluster`` with storage in ``s3_bucket``."""
+    PostgreSQL) with tests/dags, set for cluster mode on a standalone cluster of its own with storage in
+    one bucket: one for the module's fault tests, each of which triggers its own runs, starts from no
+    rank marker and no release file, and leaves no run going (``no_leftovers``)."""
+    import fsspec
     from airflow_services import AirflowServices, cli, service_env
     from postgres_server import PostgresServer
 
-    deployment = {k: v for k, v in task_env({"env": {}}, tmp_path, cluster, s3_bucket, **knobs).items()
-                  if k != "AIRFLOW__CORE__DAGS_FOLDER"}
-    with PostgresServer() as postgres:
-        env = service_env(tmp_path / "airflow", REPO / "tests" / "dags",
-                          AIRFLOW__DATABASE__SQL_ALCHEMY_CONN=postgres.url, **deployment)
-        cli(env, "db", "migrate")
-        cli(env, "dags", "reserialize")
-        with AirflowServices(env, tmp_path / "service-logs") as airflow:
-            yield airflow
+    root = tmp_path_factory.mktemp("deployment")
+    (root / "cluster").mkdir()
+    (root / "markers").mkdir()
+    with pytest.MonkeyPatch.context() as env_of_this_process:
+        for name, value in {"AWS_ENDPOINT_URL": s3_server, "AWS_ACCESS_KEY_ID": "testing",
+                            "AWS_SECRET_ACCESS_KEY": "testing", "AWS_DEFAULT_REGION": "us-east-1"}.items():
+            env_of_this_process.setenv(name, value)
+        bucket = f"hvd-{time.monotonic_ns()}"
+        fsspec.filesystem("s3", skip_instance_cache=True).mkdir(bucket)
+        cluster = StandaloneCluster(root / "cluster", cores_per_worker=2, memory="2g", rest=True).start()
+        try:
+            knobs = {k: v for k, v in task_env({"env": {}}, root / "markers", cluster, bucket).items()
+                     if k != "AIRFLOW__CORE__DAGS_FOLDER"}
+            # hvd_key_secrecy defers; hvd_reattach never does (its DAG says so).
+            knobs.update(HVD_TEST_DEFERRABLE="1", HVD_TEST_SECONDS="300", HVD_TEST_RELEASE=str(root / "release"))
+            with PostgresServer() as postgres:
+                env = service_env(root / "airflow", REPO / "tests" / "dags",
+                                  AIRFLOW__DATABASE__SQL_ALCHEMY_CONN=postgres.url, **knobs)
+                cli(env, "db", "migrate")
+                cli(env, "dags", "reserialize")
+                with AirflowServices(env, root / "service-logs") as airflow:
+                    yield Deployment(airflow, cluster, root)
+        finally:
+            cluster.stop()
+
+
+class Deployment:
+    def __init__(self, airflow, cluster: StandaloneCluster, root: Path):
+        self.airflow, self.cluster = airflow, cluster
+        self.markers, self.release, self.logs = root / "markers", root / "release", root / "airflow" / "logs"
+        self.drivers_before: set[Path] = set()
+
+    def fresh(self) -> "Deployment":
+        """Ready for a test's training: no rank marker, no release file; the drivers so far remembered."""
+        for marker in self.markers.glob("rank-*.pid"):
+            marker.unlink()
+        self.release.unlink(missing_ok=True)
+        self.drivers_before = set(self.cluster.workdir.glob("work*/driver-*"))
+        return self
+
+    def new_drivers(self) -> list[Path]:
+        """The drivers the cluster started since ``fresh``."""
+        return sorted(set(self.cluster.workdir.glob("work*/driver-*")) - self.drivers_before)
 
 
 def trigger_and_wait(airflow, dag_id: str, markers, ti_state: str) -> str:
@@ -341,39 +375,36 @@ def task_processes() -> list[psutil.Process]:
 
 
 @pytest.mark.faults
-def test_a_retry_attaches_to_the_driver_its_earlier_try_left_running(tmp_path, cluster, s3_bucket, fault,
-                                                                     no_leftovers):
+def test_a_retry_attaches_to_the_driver_its_earlier_try_left_running(deployment, fault, no_leftovers):
     """The Airflow worker running a cluster-mode task dies mid-training (SIGKILL: no on_kill), while the
     driver trains on in the cluster. The task's retry finds try 1's driver still running and follows it
     to its end instead of submitting a second training; rank 0's value comes back in try 2."""
     record = fault("The Airflow worker running a training task dies (SIGKILL) while its driver runs on the cluster",
                    "the retry attaches to the running driver: one training, rank 0's value in try 2")
-    home = tmp_path / "airflow"
-    release = tmp_path / "release"  # the ranks train until it exists (300 s at most)
-    with deployed_airflow(tmp_path, cluster, s3_bucket, HVD_TEST_SECONDS="300", HVD_TEST_RELEASE=str(release)) \
-            as airflow:
-        ti_path = trigger_and_wait(airflow, "hvd_reattach", tmp_path, "running")
-        victims = task_processes()
-        assert len(victims) == 1, [p.info["cmdline"] for p in victims]
-        record.start()
-        victims[0].kill()
-        assert len(rank_processes()) == 2  # training goes on without its task
-        # Try 2 must find the driver still training; once it has, the training may end.
-        wait_for_log(home / "logs" / "dag_id=hvd_reattach", "run_id=*/task_id=train/attempt=2.log",
-                     "is still RUNNING: attaching to it")
-        assert len(rank_processes()) == 2
-        release.touch()
-        runs = airflow.wait_for_runs("hvd_reattach", 1, timeout=300)
-        ti = airflow.api("GET", ti_path)
-        xcom = airflow.api("GET", f"{ti_path}/xcomEntries/return_value")
-        seconds = record.failed_after()
+    deployed = deployment.fresh()
+    airflow, release = deployed.airflow, deployed.release  # the ranks train until it exists (300 s at most)
+    ti_path = trigger_and_wait(airflow, "hvd_reattach", deployed.markers, "running")
+    victims = task_processes()
+    assert len(victims) == 1, [p.info["cmdline"] for p in victims]
+    record.start()
+    victims[0].kill()
+    assert len(rank_processes()) == 2  # training goes on without its task
+    # Try 2 must find the driver still training; once it has, the training may end.
+    wait_for_log(deployed.logs / "dag_id=hvd_reattach", "run_id=*/task_id=train/attempt=2.log",
+                 "is still RUNNING: attaching to it")
+    assert len(rank_processes()) == 2
+    release.touch()
+    runs = airflow.wait_for_runs("hvd_reattach", 1, timeout=300)
+    ti = airflow.api("GET", ti_path)
+    xcom = airflow.api("GET", f"{ti_path}/xcomEntries/return_value")
+    seconds = record.failed_after()
     assert runs[0]["state"] == "success" and ti["state"] == "success", (runs, ti)
     assert ti["try_number"] == 2, ti  # try 1 failed with its worker; try 2 attached
     value = xcom["value"] if isinstance(xcom["value"], dict) else json.loads(xcom["value"])
     assert value["size"] == 2 and value["steps"] > 0, xcom
-    drivers = list((tmp_path / "cluster").glob("work*/driver-*"))
+    drivers = deployed.new_drivers()
     assert len(drivers) == 1, drivers  # one training
-    logs = home / "logs" / "dag_id=hvd_reattach"
+    logs = deployed.logs / "dag_id=hvd_reattach"
     try_2 = next(logs.glob("run_id=*/task_id=train/attempt=2.log")).read_text()
     assert f"Spark driver {drivers[0].name} of try 1 is still RUNNING: attaching to it" in try_2, try_2[-4000:]
     assert "Submitting the Horovod application" not in try_2
@@ -383,50 +414,48 @@ def test_a_retry_attaches_to_the_driver_its_earlier_try_left_running(tmp_path, c
 
 @pytest.mark.faults
 def test_a_deferred_training_survives_the_airflow_side_being_killed_and_ends_when_marked_failed(
-        tmp_path, cluster, s3_bucket, fault, no_leftovers):
+        deployment, fault, no_leftovers):
     """Airflow as deployed (scheduler with LocalExecutor, triggerer, ... on PostgreSQL): the training task
     defers while its driver runs on the cluster; the scheduler (with its executor's workers) and the
     triggerer are SIGKILLed mid-training and started again; the task completes with rank 0's value and
     no second training starts. Then a second run is marked failed while deferred: its driver is killed."""
     record = fault("The scheduler (with its task workers) and the triggerer die while a deferred training runs",
                    "once restarted, the trigger follows the same driver; the task completes, no second training")
-    home = tmp_path / "airflow"
-    release = tmp_path / "release"  # the ranks train until it exists (300 s at most)
-    with deployed_airflow(tmp_path, cluster, s3_bucket, HVD_TEST_DEFERRABLE="1", HVD_TEST_SECONDS="300",
-                          HVD_TEST_RELEASE=str(release)) as airflow:
-        ti_path = trigger_and_wait(airflow, "hvd_key_secrecy", tmp_path, "deferred")
-        record.start()
-        airflow.kill("scheduler")
-        airflow.kill("triggerer")
-        assert len(rank_processes()) == 2  # training goes on without any Airflow process
-        time.sleep(5)
-        airflow.start("triggerer")
-        airflow.start("scheduler")
-        # The restarted triggerer must pick the same driver up while it trains; then the training may end.
-        wait_for_log(home / "logs" / "dag_id=hvd_key_secrecy", "run_id=*/task_id=train/attempt=1.log.trigger.*",
-                     ": RUNNING", count=2)
-        assert len(rank_processes()) == 2
-        release.touch()
-        runs = airflow.wait_for_runs("hvd_key_secrecy", 1, timeout=300)
-        ti = airflow.api("GET", ti_path)
-        xcom = airflow.api("GET", f"{ti_path}/xcomEntries/return_value")
-        seconds = record.failed_after()
-        drivers = list((tmp_path / "cluster").glob("work*/driver-*"))
+    deployed = deployment.fresh()
+    airflow, release = deployed.airflow, deployed.release  # the ranks train until it exists (300 s at most)
+    ti_path = trigger_and_wait(airflow, "hvd_key_secrecy", deployed.markers, "deferred")
+    record.start()
+    airflow.kill("scheduler")
+    airflow.kill("triggerer")
+    assert len(rank_processes()) == 2  # training goes on without any Airflow process
+    time.sleep(5)
+    airflow.start("triggerer")
+    airflow.start("scheduler")
+    # The restarted triggerer must pick the same driver up while it trains; then the training may end.
+    wait_for_log(deployed.logs / "dag_id=hvd_key_secrecy", "run_id=*/task_id=train/attempt=1.log.trigger.*",
+                 ": RUNNING", count=2)
+    assert len(rank_processes()) == 2
+    release.touch()
+    runs = airflow.wait_for_runs("hvd_key_secrecy", 1, timeout=300)
+    ti = airflow.api("GET", ti_path)
+    xcom = airflow.api("GET", f"{ti_path}/xcomEntries/return_value")
+    seconds = record.failed_after()
+    drivers = deployed.new_drivers()
 
-        # A second run, marked failed by a user while deferred: the trigger's on_kill kills its driver.
-        killed = fault("A user marks a deferred training task failed (REST API) while its driver runs",
-                       "the trigger kills the driver through the master: no rank, orted or driver within 10 s")
-        for marker in tmp_path.glob("rank-*.pid"):
-            marker.unlink()
-        release.unlink()  # this one trains until it is killed
-        second = trigger_and_wait(airflow, "hvd_key_secrecy", tmp_path, "deferred")
-        second_driver = airflow.api("GET", f"{second}/xcomEntries/spark_driver_id")["value"]
-        killed.start()
-        airflow.api("PATCH", second, {"new_state": "failed"})
-        assert_nothing_of_the_run_left(timeout=10)
-        killed_after = killed.failed_after()
-        assert driver_state(cluster, second_driver) == "KILLED"
-        killed.observe(f"driver {second_driver} KILLED; no rank, orted or driver process left", killed_after)
+    # A second run, marked failed by a user while deferred: the trigger's on_kill kills its driver.
+    killed = fault("A user marks a deferred training task failed (REST API) while its driver runs",
+                   "the trigger kills the driver through the master: no rank, orted or driver within 10 s")
+    for marker in deployed.markers.glob("rank-*.pid"):
+        marker.unlink()
+    release.unlink()  # this one trains until it is killed
+    second = trigger_and_wait(airflow, "hvd_key_secrecy", deployed.markers, "deferred")
+    second_driver = airflow.api("GET", f"{second}/xcomEntries/spark_driver_id")["value"]
+    killed.start()
+    airflow.api("PATCH", second, {"new_state": "failed"})
+    assert_nothing_of_the_run_left(timeout=10)
+    killed_after = killed.failed_after()
+    assert driver_state(deployed.cluster, second_driver) == "KILLED"
+    killed.observe(f"driver {second_driver} KILLED; no rank, orted or driver process left", killed_after)
     assert runs[0]["state"] == "success" and ti["state"] == "success", (runs, ti)
     assert ti["try_number"] == 1  # the same try, resumed: no retry
     value = xcom["value"] if isinstance(xcom["value"], dict) else json.loads(xcom["value"])
@@ -435,8 +464,8 @@ def test_a_deferred_training_survives_the_airflow_side_being_killed_and_ends_whe
     # The ranks' lines reached the task's log through the trigger (its log files, which the UI shows
     # with the task's): the restarted triggerer's too.
     run_id = ti_path.split("/")[4]
-    trigger_logs = sorted(home.glob(f"logs/dag_id=hvd_key_secrecy/run_id={run_id}/task_id=train/"
-                                    "attempt=1.log.trigger.*"))
+    trigger_logs = sorted(deployed.logs.glob(f"dag_id=hvd_key_secrecy/run_id={run_id}/task_id=train/"
+                                             "attempt=1.log.trigger.*"))
     assert len(trigger_logs) == 2, trigger_logs  # one per triggerer process
     last = trigger_logs[-1].read_text()
     assert "rank 0 did" in last and "rank 1 did" in last and f"{drivers[0].name}: FINISHED" in last
