@@ -1,6 +1,7 @@
 """Shared fixtures: real Spark sessions, and the check that no process of a run survives it."""
 
 import os
+import shutil
 import subprocess
 import sys
 import time
@@ -15,6 +16,8 @@ import pytest
 # standalone cluster is configured the way a real one is, with spark.pyspark.python.
 import rank_functions  # noqa: E402
 import tf_rank_functions  # noqa: E402
+import early  # noqa: E402
+from waiting import gave_up_on, wait_for  # noqa: E402
 
 cloudpickle.register_pickle_by_value(rank_functions)
 cloudpickle.register_pickle_by_value(tf_rank_functions)
@@ -38,7 +41,11 @@ def run_processes():
     """Processes that belong to HorovodRunner runs: ranks, mpirun/orted that start them, and
     mpirun's rsh agents."""
     found = []
-    for proc in psutil.process_iter(["pid", "name", "cmdline"]):
+    for proc in psutil.process_iter(["pid", "name", "cmdline", "status", "ppid"]):
+        # Exited, and its parent gone too: only init can reap it, and this machine's init does so late.
+        # A zombie whose parent lives is still counted: that parent has not waited for it.
+        if proc.info.get("status") == psutil.STATUS_ZOMBIE and proc.info.get("ppid") == 1:
+            continue
         cmdline = " ".join(proc.info.get("cmdline") or [])
         if RANK_MARKER in cmdline or RSH_AGENT_MARKER in cmdline or proc.info.get("name") in ("orted", "mpirun"):
             found.append(proc)
@@ -51,11 +58,29 @@ def rank_processes():
 
 
 def assert_no_run_processes(timeout=10.0):
-    deadline = time.monotonic() + timeout
-    while run_processes() and time.monotonic() < deadline:
-        time.sleep(0.2)
-    left = [(p.pid, " ".join(p.cmdline())) for p in run_processes() if p.is_running()]
-    assert not left, f"processes of the run survived it: {left}"
+    def left():  # a zombie (exited, its parent not yet told) is still there: it has a name, no command line
+        return [(p.pid, " ".join(p.info.get("cmdline") or []) or p.info.get("name")) for p in run_processes()]
+
+    wait_for("every rank, rsh agent, mpirun and orted of the run to end", lambda: not left(), timeout,
+             interval=0.2, seen=left)
+
+
+# A command a test ran past its timeout fails the test naming it, the seconds and its last output,
+# wherever the test (or its fixture) waited for it.
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_setup(item):
+    try:
+        return (yield)
+    except subprocess.TimeoutExpired as exc:
+        raise AssertionError(gave_up_on(exc)) from exc
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_call(item):
+    try:
+        return (yield)
+    except subprocess.TimeoutExpired as exc:
+        raise AssertionError(gave_up_on(exc)) from exc
 
 
 def user_env(**extra):
@@ -122,17 +147,17 @@ def readme_block(marker: str) -> str:
     return body[:body.index("```")]
 
 
-@pytest.fixture(scope="session")
-def built_distributions(tmp_path_factory):
+@early.step("built_distributions")
+def distributions() -> dict:
     """dist/ as README.md's install makes it (its first command, `make dist`), in a copy of the source
     tree with this .venv, built once for the tests that install it (test_packaging,
     test_provider_install). .venv's editable install must still point at the checkout afterwards."""
-    root = tmp_path_factory.mktemp("build")
-    source = Path(source_tree_copy(root / "source"))
+    source = Path(source_tree_copy(early.folder("build") / "source"))
     (source / ".venv").symlink_to(Path(REPO) / ".venv")
     make = readme_block("install").splitlines()[0].split("#")[0].strip()
     assert make == "make dist", f"README's install no longer starts with make dist: {make!r}"
-    done = subprocess.run(["bash", "-c", make], cwd=source, capture_output=True, text=True, timeout=900)
+    done = subprocess.run([*early.NICE, "bash", "-c", make], cwd=source, capture_output=True, text=True,
+                          timeout=900)
     assert done.returncode == 0, f"{make} failed:\n{done.stdout[-3000:]}\n{done.stderr[-5000:]}"
     assert "[setup]" not in done.stdout, f"{make} ran the set-up in the copy:\n{done.stdout[-3000:]}"
     found = subprocess.run([sys.executable, "-c", "import airflow_provider_hvd; print(airflow_provider_hvd.__file__)"],
@@ -144,7 +169,12 @@ def built_distributions(tmp_path_factory):
 
 
 @pytest.fixture(scope="session")
-def sdist_wheels():
+def built_distributions():
+    return early.result("distributions")
+
+
+@early.step("sdist_wheels")
+def pyspark_wheels() -> str:
     """The folder of scripts/build_sdist_wheels.sh (pyspark's wheel, which PyPI does not ship): the
     fresh environments' installs take it as --find-links, or each builds pyspark again (25-30 s
     and 2.3 GB of uv cache each behind CI's registry mirror). Set-up built it; this reuses it."""
@@ -154,19 +184,38 @@ def sdist_wheels():
     return done.stdout.strip()
 
 
+@pytest.fixture(scope="session")
+def sdist_wheels():
+    return early.result("pyspark_wheels")
+
+
+def pytest_collection_finish(session):
+    early.start_for({name for item in session.items for name in getattr(item, "fixturenames", ())})
+
+
 # The embedded default's spark_default, as scripts/demo.sh sets it: Spark local[*] on this machine.
 LOCAL_SPARK_CONNECTION = '{"conn_type": "spark", "host": "local[*]"}'
 
 
+@pytest.fixture(scope="session")
+def migrated_airflow_db(tmp_path_factory) -> Path:
+    """An empty Airflow metadata database (SQLite), migrated once a session: each module's Airflow
+    home starts from a copy, as `airflow db migrate` would leave it."""
+    home = tmp_path_factory.mktemp("airflow_db_template")
+    env = {**os.environ, "AIRFLOW_HOME": str(home), "AIRFLOW__CORE__LOAD_EXAMPLES": "False"}
+    done = subprocess.run([AIRFLOW, "db", "migrate"], env=env, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    return home / "airflow.db"
+
+
 @pytest.fixture(scope="module")
-def airflow(tmp_path_factory):
+def airflow(tmp_path_factory, migrated_airflow_db):
     home = tmp_path_factory.mktemp("airflow_home")
     storage = tmp_path_factory.mktemp("storage")
     env = {**os.environ, "AIRFLOW_HOME": str(home), "AIRFLOW__CORE__DAGS_FOLDER": os.path.join(REPO, "dags"),
            "AIRFLOW__CORE__LOAD_EXAMPLES": "False", "HVD_EXAMPLE_STORAGE": f"file://{storage}",
            "AIRFLOW_CONN_SPARK_DEFAULT": LOCAL_SPARK_CONNECTION}
-    done = subprocess.run([AIRFLOW, "db", "migrate"], env=env, capture_output=True, text=True, timeout=300)
-    assert done.returncode == 0, done.stderr[-3000:]
+    shutil.copyfile(migrated_airflow_db, home / "airflow.db")
     return {"env": env, "home": home, "storage": storage}
 
 
@@ -230,6 +279,7 @@ def fault(request):
 
 
 def pytest_sessionfinish(session, exitstatus):
+    early.finish()
     target = os.environ.get("HVD_RELIABILITY_REPORT")
     if not target or not _FAULT_RECORDS:
         return

@@ -16,6 +16,7 @@ import textwrap
 import time
 from pathlib import Path
 
+import early
 import pytest
 from conftest import assert_no_run_processes, readme_block, user_env
 from spark_cluster import StandaloneCluster
@@ -100,36 +101,43 @@ def run(cmd, timeout=900, **kwargs):
     return done
 
 
-@pytest.fixture(scope="module")
-def installed(tmp_path_factory, built_distributions, sdist_wheels):
-    """README.md's install (make dist, done by built_distributions; then a fresh venv and pip) into a
+@early.step("installed", needs=("distributions", "pyspark_wheels"))
+def user_environment(built_distributions, sdist_wheels) -> dict:
+    """README.md's install (make dist, done by ``distributions``; then a fresh venv and pip) into a
     folder outside the repository; that venv packed for spark.archives; then the Airflow extra added
     to it for the DAG test."""
-    root = tmp_path_factory.mktemp("user")
+    root = early.folder("user")
     wheel = built_distributions["wheel"]
     t0 = time.monotonic()
     env = root / "env"
     steps = readme_block("install").split("\n", 1)[1].replace("~/hvd", str(env))
-    run(["bash", "-euo", "pipefail", "-c", steps], cwd=built_distributions["source"], env=user_env())
+    run([*early.NICE, "bash", "-euo", "pipefail", "-c", steps], cwd=built_distributions["source"], env=user_env())
     constraints = built_distributions["source"] / "dist" / "constraints.txt"
     t_install = time.monotonic()
     archive = root / "environment.tar.gz"
     # Workers take pyspark from Spark itself, so its 450 MB of jars can stay behind; level 0
     # keeps packing and unpacking at disk speed. (Not .tar: Spark 4.2 unpacks it without
     # execute permissions.)
-    run([Path(sys.executable).parent / "venv-pack", "-p", env, "-o", archive, "--compress-level", "0", "-q",
-         "--exclude", "lib/python3.*/site-packages/pyspark/jars/*"])
+    run([*early.NICE, Path(sys.executable).parent / "venv-pack", "-p", env, "-o", archive, "--compress-level", "0",
+         "-q", "--exclude", "lib/python3.*/site-packages/pyspark/jars/*"])
     t_pack = time.monotonic()
     # uv: the same resolution from the same index, in seconds where pip took most of a minute for
     # Airflow's few hundred requirements (torch above stays pip's: this machine's CPU wheel is pip's).
-    uv = [Path(sys.executable).parent / "uv", "pip", "install", "-q", "-p", env / "bin" / "python", "-c", constraints,
-          "--find-links", sdist_wheels]
+    uv = [*early.NICE, Path(sys.executable).parent / "uv", "pip", "install", "-q", "-p", env / "bin" / "python",
+          "-c", constraints, "--find-links", sdist_wheels]
     run([*uv, f"{wheel}[airflow]"], env=user_env())
-    print(f"build + install {t_install - t0:.0f} s, pack {t_pack - t_install:.0f} s "
-          f"({archive.stat().st_size >> 20} MiB), airflow extra {time.monotonic() - t_pack:.0f} s")
-    yield {"root": root, "python": env / "bin" / "python", "bin": env / "bin", "wheel": wheel,
-           "sdist": built_distributions["sdist"], "archive": archive}
-    shutil.rmtree(root, ignore_errors=True)  # 3 GB; pytest would keep it for three sessions
+    took = (f"install {t_install - t0:.0f} s, pack {t_pack - t_install:.0f} s "
+            f"({archive.stat().st_size >> 20} MiB), airflow extra {time.monotonic() - t_pack:.0f} s")
+    return {"took": took, "root": root, "python": env / "bin" / "python", "bin": env / "bin", "wheel": wheel,
+            "sdist": built_distributions["sdist"], "archive": archive}
+
+
+@pytest.fixture(scope="module")
+def installed():
+    environment = early.result("user_environment")
+    print(f"the user's environment (made while earlier tests ran): {environment['took']}")
+    yield environment
+    shutil.rmtree(environment["root"], ignore_errors=True)  # 3 GB: not kept until the session ends
 
 
 def test_the_wheel_holds_the_package_and_nothing_else(installed):

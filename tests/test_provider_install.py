@@ -18,6 +18,7 @@ import sys
 import tomllib
 from pathlib import Path
 
+import early
 import pytest
 from conftest import LOCAL_SPARK_CONNECTION, assert_no_run_processes, user_env
 
@@ -53,17 +54,14 @@ def json_list(output: str) -> list:
     return json.loads(next(line for line in output.splitlines() if line.startswith("[")))
 
 
-@pytest.fixture(scope="module")
-def wheel(built_distributions):
-    return built_distributions["wheel"]
-
-
-@pytest.mark.parametrize("which", ["oldest", "newest"])
-def test_the_provider_in_an_airflow_without_the_training_stack(which, wheel, sdist_wheels, tmp_path, no_leftovers):
-    venv = tmp_path / "airflow-venv"
-    run([UV, "venv", "-q", "--seed", "-p", sys._base_executable, venv])
+def airflow_environment(which: str, built_distributions, sdist_wheels) -> dict:
+    """A fresh environment with the built wheel's `airflow` and `examples` extras: the oldest Airflow the
+    package claims, or the newest that resolves."""
+    venv = early.folder(f"airflow-{which}") / "airflow-venv"
+    run([*early.NICE, UV, "venv", "-q", "--seed", "-p", sys._base_executable, venv])
     python = venv / "bin" / "python"
-    install = [UV, "pip", "install", "-q", "-p", python, f"{wheel}[airflow,examples]"]
+    wheel = built_distributions["wheel"]
+    install = [*early.NICE, UV, "pip", "install", "-q", "-p", python, f"{wheel}[airflow,examples]"]
     if which == "oldest":
         install += [*lower_bounds(), "--exclude-newer",
                     pyproject()["tool"]["airflow-provider-hvd"]["pins"]["oldest_resolution_date"]]
@@ -72,8 +70,29 @@ def test_the_provider_in_an_airflow_without_the_training_stack(which, wheel, sdi
         # date, and pyspark 4.2 did not exist on that date.
         install += ["--find-links", sdist_wheels]
     run(install, env=user_env())
-    versions = json.loads(run([python, "-c", "import json, importlib.metadata as m; print(json.dumps({p: m.version(p) "
-                                             "for p in ('apache-airflow', 'apache-airflow-providers-apache-spark')}))"]))
+    return {"which": which, "venv": venv, "python": python}
+
+
+@early.step("airflow_venv", needs=("distributions", "pyspark_wheels"))
+def oldest_airflow(built_distributions, sdist_wheels) -> dict:
+    return airflow_environment("oldest", built_distributions, sdist_wheels)
+
+
+@early.step("airflow_venv", needs=("distributions", "pyspark_wheels"))
+def newest_airflow(built_distributions, sdist_wheels) -> dict:
+    return airflow_environment("newest", built_distributions, sdist_wheels)
+
+
+@pytest.fixture
+def airflow_venv(request) -> dict:
+    return early.result(f"{request.param}_airflow")
+
+
+@pytest.mark.parametrize("airflow_venv", ["oldest", "newest"], indirect=True)
+def test_the_provider_in_an_airflow_without_the_training_stack(airflow_venv, tmp_path, no_leftovers):
+    which, venv, python = airflow_venv["which"], airflow_venv["venv"], airflow_venv["python"]
+    versions = json.loads(run([python, "-c", "import json, importlib.metadata as m; print(json.dumps("
+                               "{p: m.version(p) for p in ('apache-airflow', 'apache-airflow-providers-apache-spark')}))"]))
     if which == "oldest":
         assert [f"{name}=={version}" for name, version in versions.items()] == lower_bounds()
     print(f"{which}: {versions}")
@@ -108,5 +127,5 @@ def test_the_provider_in_an_airflow_without_the_training_stack(which, wheel, sdi
               cwd=tmp_path, timeout=600)
     assert "state=success" in out, out[-5000:]
     assert float(out.split("test accuracy ")[1].split()[0]) >= 0.9, out[-3000:]
-    assert f"--conf spark.pyspark.python=" not in out  # Spark's own configuration chose the training Python
+    assert "--conf spark.pyspark.python=" not in out  # Spark's own configuration chose the training Python
     assert_no_run_processes()
