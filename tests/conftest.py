@@ -28,10 +28,17 @@ cloudpickle.register_pickle_by_value(tf_rank_functions)
 os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
 # Every JVM the tests start (Spark's local gateways, standalone masters, workers and executors,
 # spark-submit) with the quick start the operator already gives its own driver and executors
-# (placements/spark_conf.py): they live seconds, and C2's compiler threads took CPU the tests wait on
-# (test_runner_barrier + test_runner_local: 128 s -> 110 s on this 2-core machine). Each JVM says
-# "Picked up JAVA_TOOL_OPTIONS" on its stderr. user_env() drops it: a user's shell has none.
-os.environ.setdefault("JAVA_TOOL_OPTIONS", "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC")
+# (placements/spark_conf.py): they live seconds, and C2's compiler threads took CPU the tests wait on.
+# They also share one archive of Spark's classes (tests/jvm_classes.py): most of a short JVM's life is
+# loading them. Each JVM says "Picked up JAVA_TOOL_OPTIONS" on its stderr. user_env() drops it: a
+# user's shell has none.
+if "JAVA_TOOL_OPTIONS" not in os.environ:
+    import jvm_classes  # noqa: E402
+
+    _QUICK_JVM = "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC"
+    _classes = jvm_classes.archive(_QUICK_JVM)
+    os.environ["JAVA_TOOL_OPTIONS"] = _QUICK_JVM + (f" {jvm_classes.SILENT} -XX:SharedArchiveFile={_classes}"
+                                                    if _classes else "")
 
 RANK_MARKER = "airflow_provider_hvd.runner.rank.main"
 RSH_AGENT_MARKER = "airflow_provider_hvd.runner.barrier.rsh_agent"
