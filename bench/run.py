@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import csv
 import json
 import logging
 import os
@@ -375,105 +376,55 @@ def row(name, s, ref=None):
     return f"| {name} | {s['median']:.2f} | {s['min']:.2f}-{s['max']:.2f} | {ratio} |"
 
 
-# Figures from earlier runs of this benchmark, so that a change's effect stays on record.
+# Earlier runs' figures, so that a change's effect stays on record: (date, change, measured after, command).
 HISTORY = [
-    "### Before and after",
-    "",
-    "| change | ours barrier gloo | ours barrier mpi | ours local | horovod.spark.run |",
-    "| --- | --- | --- | --- | --- |",
-    "| first version (allGather + final barrier; horovod's RendezvousServer) | 3.69 s (0.45) | 4.51 s (0.55) "
-    "| 2.19 s (0.26) | 8.27 s |",
-    "",
-    "What changed after the first version: Spark's `BarrierTaskContext.allGather()` and `barrier()` poll in "
-    "whole seconds on the task side (the executor log said \"waited for 1007 ms\" although every task had "
-    "arrived), so the gloo launch paid about 1 s for its one allGather and mpi about 2 s (allGather and a "
-    "final barrier that kept every host's rsh service up until mpirun was done). Tasks now send their "
-    "host to the driver's roster over the authenticated channel they open anyway, and mpi tasks wait "
-    "for the driver's \"stop\" (runner/driver/roster.py). And horovod's RendezvousServer stops its HTTP server "
-    "with socketserver's default 0.5 s poll, paid at the end of every run; ours polls every 50 ms "
-    "(runner/driver/kv_store.py, runner/barrier/rendezvous_proxy.py). The table above is the after.",
-    "",
-    "The run of 2026-12-02, before the workers' import check and the driver's-interpreter default of "
-    "issue 13, gave 2.66 s (0.30) with gloo, 2.58 s (0.30) with mpi and 2.02 s (0.23) locally, against "
-    "8.75 s for horovod.spark.run. The run of 2026-12-03, with both, gave the table above: every runner, "
-    "the peers too, was faster on that day's machine, so compare the ratios (0.25, 0.24, 0.18); the "
-    "check itself costs under a millisecond (measured below).",
-    "",
-    "Issues 16, 22 and 23 (2026-12-03, second run): runner/ regrouped by process with one declared "
-    "protocol, the rendezvous proxy's uid check through netlink sock_diag instead of a /proc/net/tcp "
-    "scan, and mpirun with rtc_hwloc_vmhole none. This run's machine was slower for every runner "
-    "(horovod.spark.run 11.6 s against 7.3 s), so its ratios (0.31, 0.30, 0.25) are not comparable "
-    "with the run before; a direct A/B on the same machine, the commit before these changes against "
-    "after, 9 interleaved barrier launches each: gloo 3.03 s -> 2.83 s (0.93), mpi 3.24 s -> 3.10 s (0.96).",
-    "",
-    "Issue 18's whole-task work (2026-12-05): a rank whose work is done skips the interpreter's teardown "
-    "(0.4 s with torch loaded) after joining its threads, running its atexit handlers and flushing its "
-    "open files (runner/rank/main.py). The run before it gave gloo 2.42 s (0.25), mpi 2.50 s (0.25), local "
-    "2.09 s (0.21) against 9.81 s; this run's table: 1.61 s (0.19), 1.65 s (0.20), 1.33 s (0.16) against "
-    "8.31 s. The last phase of the breakdown went from about 0.5 s to 0.12 s.",
-    "",
-    "Issue 18, the cluster modes' end (2026-12-05, later): a cluster-mode task now ends on its driver's "
-    "own end record (the last heartbeat's exit code 0, written after rank 0's result) instead of waiting "
-    "0.25-0.46 s for the driver's JVM to exit and the master to say FINISHED; the wait for executor slots "
-    'looks every 0.1 s (was 0.5 s); executors no longer fetch the jar that only carried PythonRunner (15 '
-    'MB each). The deferrable task now costs what the followed one does (10.73 s against 10.45 s net; the '
-    'run before, 12.27 s against 11.52 s). Every task ran faster on the machine this time (the peer 20.22 '
-    's net against 23.02 s), so the ratios (0.52 cluster, 0.53 deferrable) are not below the run before '
-    'although ours are 1.1-1.5 s shorter.',
-    "",
-    "Issue 18, the cluster-mode task's critical path (2026-12-06): the operator no longer imports pyspark"
-    " (0.4 s before spark-submit), the driver's log shipper writes its first heartbeat from its thread "
-    '(0.37 s before the SparkContext) and its last one before the JVM context stops. The machine was '
-    'slower and noisier than on 2026-12-05 (the task that does nothing took 6.8-8.4 s on the cluster and '
-    '8.6-14.3 s on local[2]; single repetitions of one task differ by up to 4 s), so the section ran '
-    'twice. The first run (3 repetitions) gave 0.49 for cluster mode and 0.57 for deferrable, '
-    "deferrable's range 19.2-23.9 s; the tables above are the second (6 repetitions): 0.51 and 0.49. "
-    "Taken per repetition against the peer of the same repetition, the second run's median net ratios are"
-    ' 0.47 (client on the cluster), 0.47 (cluster) and 0.48 (deferrable), with single repetitions from '
-    '0.37 to 0.70. Four interleaved pairs outside the bench (notes script, same cluster and moto) put '
-    "deferrable 0.3 s above cluster mode (medians 23.11 s and 22.78 s), as on 2026-12-05: the first run's"
-    " 0.57 was the machine. Cluster and deferrable now sit at the goal of 0.5, within this machine's "
-    'noise of it, not clearly below.',
-    "",
-    'Issue 18, what every Python process of a run compiled (2026-12-06, later): Spark puts its '
-    "pyspark.zip first on the PYTHONPATH of the driver and of every executor's Python worker, and a zip "
-    'holds no bytecode, so each compiled pyspark anew: an executor\'s worker "boot" (Spark\'s own figure) '
-    "took 1.1-1.25 s, 0.2 s from the installation. The application's driver and its worker daemon "
-    "(spark.python.daemon.module) now import the installed pyspark when it is the zip's release "
-    "(runner/common/installed_pyspark.py). And set-up compiles the environment's bytecode: uv installs "
-    'none and this machine sets PYTHONDONTWRITEBYTECODE, so every Airflow process compiled Airflow (the '
-    'task that does nothing: 14.8 s -> 9.6 s); that helps the peer as much as ours. Per repetition '
-    "against the peer of the same repetition, this run's median net ratios are 0.38 (client on the "
-    'cluster, 0.26-0.60), 0.47 (cluster, 0.42-0.51) and 0.47 (deferrable, 0.40-0.68); the medians in the '
-    'table, 0.50 and 0.54, carry the task that does nothing at 8.9-13.1 s. Still at the goal of 0.5, not '
-    'clearly below it.',
-    "",
-    "Issue 18, the cluster-mode task's own seconds (2026-12-06, later still): the task waited 0.4 s, after "
-    "the master had accepted the driver, for spark-submit's client (sent SIGTERM then) to exit; the client "
-    "now exits in a thread of the hook's while the task goes on. And reading rank 0's result connected a "
-    "second S3 client (ObjectStoragePath's open and stat go through Airflow's filesystem, its write_bytes "
-    "through fsspec's): 0.2-0.3 s at the end of every task; the operator reads through the client it has. "
-    "This run, 8 repetitions: cluster mode 0.46 and deferrable 0.48 by the ratio of the net medians (0.50 "
-    "and 0.54 the run before), 0.45 and 0.47 paired per repetition (the table's last column, new in this "
-    "run: the run before gave 0.47 and 0.47 by hand); client mode 0.39 on the cluster and 0.31 on local[2]."
-    " Single repetitions still range from 0.37 to 0.60. Part of the change is the machine's: ours took 12.85"
-    " s net (12.52 s the run before), the peer 27.80 s (25.15 s), the task that does nothing 11.1 s (10.0 "
-    "s). The two changes themselves, read from one task's log before and after: accepted driver to "
-    "following it 0.43 s -> 0.05 s; driver's end seen to rank 0's value read 0.2-0.3 s -> 0.02 s. Every "
-    "mode is under the goal of 0.5 in this run, by a small margin. From spark-submit on, the task keeps both cores "
-    "busy (one cluster-mode task, CPU seconds: the executors' JVMs 6.7, the driver's JVM 4.6, the ranks "
-    "3.4 (torch's import), spark-submit's JVM 2.3, the driver's Python 1.8, the operator 0.5 more than the "
-    "task that does nothing).",
-    "",
-    'Tried for the cluster modes and set aside (2026-12-05): a class-data-sharing archive (AppCDS, '
-    "`-XX:ArchiveClassesAtExit` once, `-XX:SharedArchiveFile` for the driver's and executors' JVMs) saved"
-    ' about 1 s per cluster-mode task, but Java 17 refuses to build or use one when a non-empty directory'
-    ' comes before the archived jars on the class path, and Spark always puts its conf directory (spark-'
-    'defaults.conf, log4j2.properties) first: on any deployment with a Spark configuration, ours in '
-    "docker/ included, it would silently do nothing. Skipping spark-class's launcher JVM (it only prints "
-    "the java command) would save 0.2-0.25 s per spark-submit at the price of copying Spark's command "
-    'building.',
+    ("before 2026-12-02", "first version: Spark's allGather and a final barrier; horovod's RendezvousServer",
+     "launch gloo 3.69 s (0.45), mpi 4.51 s (0.55), local 2.19 s (0.26); horovod.spark.run 8.27 s", "`make bench`"),
+    ("2026-12-02", "tasks join the driver's roster over their channel (Spark's barrier calls poll in whole "
+     "seconds); our rendezvous store polls every 50 ms (horovod's: 0.5 s)",
+     "gloo 2.66 s (0.30), mpi 2.58 s (0.30), local 2.02 s (0.23); horovod.spark.run 8.75 s", "`make bench`"),
+    ("2026-12-03", "the workers' import check; the driver's interpreter as the workers' default",
+     "ratios 0.25, 0.24, 0.18 (the check: under 1 ms)", "`make bench`"),
+    ("2026-12-03", "rendezvous proxy's owner check through netlink sock_diag (was a /proc/net/tcp scan)",
+     "a gloo hvd.init() cycle 194 ms against horovodrun's 126 ms (1.54) before; the init table above after",
+     "`bench/run.py --only init_cycles`"),
+    ("2026-12-03", "runner/ regrouped by process; mpirun with rtc_hwloc_vmhole none",
+     "A/B, 9 interleaved launches: gloo 3.03 s -> 2.83 s (0.93), mpi 3.24 s -> 3.10 s (0.96)",
+     "`bench/run.py --only launch` on both commits"),
+    ("2026-12-05", "a rank whose work is done skips the interpreter's teardown",
+     "gloo 2.42 -> 1.61 s (0.19), mpi 2.50 -> 1.65 s (0.20), local 2.09 -> 1.33 s (0.16); last phase 0.5 -> 0.12 s",
+     "`bench/run.py --only launch`"),
+    ("2026-12-05", "a cluster-mode task ends on its driver's end record; slot wait looks every 0.1 s; "
+     "executors no longer fetch the carrier jar", "operator task: cluster 0.52, deferrable 0.53",
+     "`bench/run.py --only operator`"),
+    ("2026-12-05", "tried, not kept: an AppCDS archive for the application's JVMs",
+     "about 1 s per cluster-mode task, but Java 17 ignores it when Spark's conf folder comes first on the "
+     "class path, as on every configured deployment", "one cluster-mode task by hand"),
+    ("2026-12-06", "the operator no longer imports pyspark; the driver's first heartbeat from the shipper's thread",
+     "cluster 0.51, deferrable 0.49; paired 0.47 (client), 0.47, 0.48", "`bench/run.py --only operator --reps 12`"),
+    ("2026-12-06", "driver and worker daemon import the installed pyspark, not pyspark.zip; set-up compiles bytecode",
+     "cluster 0.50, deferrable 0.54; paired 0.38 (client), 0.47, 0.47", "`bench/run.py --only operator`"),
+    ("2026-12-06", "spark-submit's client exits in a thread of the hook's; rank 0's result read through one S3 client",
+     "cluster 0.46, deferrable 0.48; paired 0.45, 0.47; client 0.39 (cluster), 0.31 (local[2])",
+     "`bench/run.py --only operator --reps 16`"),
 ]
+
+
+def history_lines():
+    return ["## Before and after", "",
+            "Each change that moved a figure above, with what its run measured (ratios to the table's peer).", "",
+            "| date | change | measured after | command |", "| --- | --- | --- | --- |",
+            *[f"| {date} | {change} | {after} | {command} |" for date, change, after, command in HISTORY], ""]
+
+
+def by_hand_lines():
+    """bench/by_hand.csv: figures measured outside this script, each with the command that measures it."""
+    with open(REPO / "bench" / "by_hand.csv", newline="") as f:
+        rows = list(csv.DictReader(f))
+    return ["## Measured by hand", "",
+            "Figures measured outside `make bench` (bench/by_hand.csv), each with its command.", "",
+            "| date | measured | figure | command |", "| --- | --- | --- | --- |",
+            *[f"| {r['date']} | {r['measured']} | {r['figure']} | {r['command']} |" for r in rows], ""]
 
 
 def cycle_row(launcher, cycles):
@@ -486,16 +437,6 @@ def cycle_row(launcher, cycles):
         cells += [f"{1e3 * ours[part]['median']:.0f}", f"{1e3 * bare[part]['median']:.0f}",
                   f"{ours[part]['median'] / bare[part]['median']:.2f}"]
     return "| " + " | ".join(cells) + " |"
-
-
-INIT_CYCLES_HISTORY = (
-    "Before (issue 22): 194 ms a gloo cycle under ours against 126 ms under horovodrun (1.54). Each of the "
-    "about 60 rendezvous requests of an `hvd.init()` is a new TCP connection to the rank's loopback proxy, "
-    "which checked the connecting socket's owner by reading all of /proc/net/tcp: 3 ms at 441 sockets, "
-    "and the table grows with every request (TIME_WAIT entries stay 60 s), so the more a process "
-    "re-initialises the slower each init became. The owner is now asked of the kernel for that one "
-    "socket (netlink sock_diag, 0.01 ms); one request through the proxy costs 0.8 ms against 0.6 ms on "
-    "horovod's own server.")
 
 
 def growth(series):
@@ -567,7 +508,16 @@ def written_by(args, elapsed):
             f"({elapsed / 60:.1f} minutes); the others are from the last full `make bench` (docs/benchmarks.json).")
 
 
-def report(results, args, elapsed):
+def rewrite_report(stored):
+    """The report again from stored results, keeping its first line's account of when they were measured."""
+    if not stored.exists():
+        raise SystemExit("--report needs docs/benchmarks.json: run make bench first")
+    md = REPO / "docs" / "benchmarks.md"
+    first = md.read_text().split("\n")[2] if md.exists() else ""
+    report(json.loads(stored.read_text()), None, 0.0, measured=first.split(" Medians with")[0] or None)
+
+
+def report(results, args, elapsed, measured=None):
     import horovod
     import pyspark
     import torch
@@ -578,7 +528,7 @@ def report(results, args, elapsed):
     lines = [
         "# Benchmarks",
         "",
-        written_by(args, elapsed) + " Medians with min-max over interleaved repetitions; ratios to the peer "
+        (measured or written_by(args, elapsed)) + " Medians with min-max over interleaved repetitions; ratios to the peer "
         "named in each table. Numbers from one run on one machine: read the ratios, not the seconds.",
         "",
         f"Machine: {os.cpu_count()} cores, {platform.machine()}, Python {platform.python_version()}, "
@@ -604,11 +554,7 @@ def report(results, args, elapsed):
           + " |" for phase in BREAKDOWN_PHASES],
         "",
         "Importing torch and horovod in each fresh rank dominates; it is the user's own import and "
-        "horovodrun pays it too. The last phase was mostly the rank interpreter's teardown with torch "
-        "loaded (0.4 s measured alone); a rank whose work is done now joins its threads, runs its atexit "
-        "handlers and flushes its open files, then skips that teardown (runner/rank/main.py).",
-        "",
-        *HISTORY,
+        "horovodrun pays it too.",
         "",
         "## The workers' import check",
         "",
@@ -645,8 +591,6 @@ def report(results, args, elapsed):
         "| --- | --- | --- | --- | --- | --- | --- |",
         *[cycle_row(launcher, results["init_cycles"]) for launcher in ("gloo", "mpi")],
         "",
-        INIT_CYCLES_HISTORY,
-        "",
         "## Scaling of the launch overhead",
         "",
         "| np (local[8], oversubscribed on 2 cores) | median s | min-max s | ratio to np=1 |",
@@ -675,6 +619,8 @@ def report(results, args, elapsed):
         *operator_task.report_lines(results.get("operator")),
         *encryption.report_lines(results.get("encryption"), launch["ours, barrier, gloo"]["median"],
                                  (results["payload"].get("1024") or results["payload"].get(1024) or {}).get("median")),
+        *history_lines(),
+        *by_hand_lines(),
     ]
     (REPO / "docs" / "benchmarks.md").write_text("\n".join(lines))
 
@@ -688,6 +634,8 @@ def main():
     parser.add_argument("--reps", type=int, default=5)
     parser.add_argument("--only", help="comma-separated sections to measure again (of: " + ", ".join(SECTIONS)
                         + "); the others are taken from docs/benchmarks.json and the report rewritten")
+    parser.add_argument("--report", action="store_true",
+                        help="rewrite docs/benchmarks.md from docs/benchmarks.json and bench/by_hand.csv, measuring nothing")
     parser.add_argument("--np-scaling-child", action="store_true")
     args = parser.parse_args()
     if args.np_scaling_child:
@@ -699,6 +647,9 @@ def main():
     stored = REPO / "docs" / "benchmarks.json"
     if args.only and not stored.exists():
         parser.error("--only needs the results of a full run in docs/benchmarks.json: run make bench first")
+    if args.report:
+        rewrite_report(stored)
+        return
     results = json.loads(stored.read_text()) if args.only else {}
     t_start = time.perf_counter()
     from pyspark.sql import SparkSession
