@@ -17,8 +17,8 @@ from collections.abc import Callable
 from concurrent.futures import Future
 from pathlib import Path
 
-# Lowest CPU priority for a step's commands: the tests running meanwhile keep the CPU they need.
-NICE = ["nice", "-n", "19"]
+# Lowest CPU and disk priority for a step's commands: the tests running meanwhile keep what they need.
+NICE = ["nice", "-n", "19", *(["ionice", "-c", "3"] if shutil.which("ionice") else [])]
 
 _steps: dict[str, tuple[str, tuple[str, ...], Callable]] = {}
 _started: dict[str, Future] = {}
