@@ -243,36 +243,20 @@ def test_the_airflow_side_has_one_folder_per_role_and_imports_go_one_way():
     assert not wrong, "imports against the Airflow side's direction:\n" + "\n".join(wrong)
 
 
-# Runner modules and functions from before the limit, each to be split (and removed from here);
-# a new one over the limit fails, and so does one listed here that is now within it.
-NOT_YET_SPLIT = {
-    "airflow_provider_hvd.runner.wire.channel", "airflow_provider_hvd.runner.driver.timeline_publisher",
-    "airflow_provider_hvd.runner.barrier.barrier_task._mpi_task",
-    "airflow_provider_hvd.runner.driver.dependencies.pickled_modules",
-    "airflow_provider_hvd.runner.driver.worker_diagnosis.diagnose",
-}
-
-
 def test_modules_and_functions_stay_small():
     """A module a reader takes in at once, functions that each do one thing (examples/ aside)."""
     wrong = []
     folders = [p.name for p in PACKAGE.iterdir() if p.is_dir() and (p / "__init__.py").exists() and p.name != "examples"]
-    over = set()
     for module, (path, tree) in provider_modules(folders).items():
         lines = len(path.read_text().splitlines())
         if lines > MAX_MODULE_LINES:
-            over.add(module)
             wrong.append(f"{module}: {lines} lines")
         for node in ast.walk(tree):
             if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
                 length = node.end_lineno - node.lineno + 1
                 if length > MAX_FUNCTION_LINES:
-                    over.add(f"{module}.{node.name}")
                     wrong.append(f"{module}.{node.name}: {length} lines")
-    wrong = [w for w in wrong if w.split(":")[0] not in NOT_YET_SPLIT]
     assert not wrong, f"over {MAX_MODULE_LINES} lines a module or {MAX_FUNCTION_LINES} a function:\n" + "\n".join(wrong)
-    assert NOT_YET_SPLIT <= over, f"within the limits now, so off NOT_YET_SPLIT: {sorted(NOT_YET_SPLIT - over)}"
-
 
 
 def test_no_two_modules_share_a_file_name_for_different_jobs():

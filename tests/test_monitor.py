@@ -13,7 +13,7 @@ import pytest
 from airflow_provider_hvd.runner.driver.service import Event
 from airflow_provider_hvd.runner.errors import HorovodRunError, RankFailedError
 from airflow_provider_hvd.runner.driver.monitor import RunMonitor
-from airflow_provider_hvd.runner.wire.messages import EventKind, Exited
+from airflow_provider_hvd.runner.wire.messages import DaemonDeath, EventKind, Exited
 from airflow_provider_hvd.runner.wire.hellos import LauncherHello, RankHello
 
 # Spark 4.2.0's message for a standalone executor SIGKILLed under a barrier task (CI log, 2026-12-02).
@@ -66,8 +66,8 @@ def test_an_open_mpi_daemon_crash_is_named_at_once_in_our_words():
 
     events, monitor = running_monitor(lambda partition: [])
     tail = ["<mpirun> [host:1] Signal: Segmentation fault (11)", "<mpirun> ORTE was unable to reliably start"]
-    events.put(Event(EventKind.EXITED, 0, Exited(returncode=1, tail=tail, daemon={
-        "process": "orted", "host": "127.0.0.3", "signal": "SIGSEGV", "code": 139})))
+    events.put(Event(EventKind.EXITED, 0, Exited(returncode=1, tail=tail, daemon=DaemonDeath(
+        process="orted", host="127.0.0.3", signal="SIGSEGV", code=139))))
     t0 = time.monotonic()
     with pytest.raises(MpiDaemonCrashError) as info:
         monitor.wait()

@@ -2,6 +2,7 @@
 
 from airflow_provider_hvd.runner.barrier.mpi_output import TaggedOutput
 from airflow_provider_hvd.runner.barrier.output_lines import LineAssembler
+from airflow_provider_hvd.runner.wire.messages import DaemonDeath
 
 
 class Lines:
@@ -86,7 +87,7 @@ def test_an_orted_crash_is_reported_as_open_mpis_with_its_own_lines():
     from airflow_provider_hvd.runner.barrier.mpi_output import failure_report
 
     report = failure_report(1, ORTED_CRASH, {}, mpirun_host="127.0.0.3")
-    assert report.daemon == {"process": "orted", "host": "127.0.0.2", "signal": "SIGSEGV", "code": 139}
+    assert report.daemon == DaemonDeath(process="orted", host="127.0.0.2", signal="SIGSEGV", code=139)
     assert "<mpirun> [host:12345] Signal: Segmentation fault (11)" in report.tail
     assert not any("HVD-MPI-DAEMON-DIED" in line for line in report.tail)
 
@@ -95,7 +96,7 @@ def test_mpirun_crashing_itself_is_named_but_being_stopped_is_not_a_crash():
     from airflow_provider_hvd.runner.barrier.mpi_output import failure_report
 
     crashed = failure_report(-11, ["Segmentation fault"], {}, mpirun_host="127.0.0.3")
-    assert crashed.daemon == {"process": "mpirun", "host": "127.0.0.3", "signal": "SIGSEGV", "code": -11}
+    assert crashed.daemon == DaemonDeath(process="mpirun", host="127.0.0.3", signal="SIGSEGV", code=-11)
     assert failure_report(-15, [], {}, mpirun_host="127.0.0.3").daemon is None  # our own stop
     assert failure_report(-9, [], {}, mpirun_host="127.0.0.3").daemon is None   # a lost executor, OOM
 

@@ -11,7 +11,8 @@ import rank_functions as rf
 
 from airflow_provider_hvd import HorovodRunner
 from airflow_provider_hvd.runner.errors import RankFailedError
-from airflow_provider_hvd.runner.driver.timeline_publisher import chrome_trace_snapshot, live_view_location
+from airflow_provider_hvd.runner.driver.chrome_trace import chrome_trace_snapshot
+from airflow_provider_hvd.runner.driver.timeline_publisher import live_view_location
 
 
 def load_trace(url):

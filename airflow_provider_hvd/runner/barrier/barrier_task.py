@@ -19,6 +19,7 @@ import os
 import socket
 
 from airflow_provider_hvd.runner.wire.launch import LaunchEnv, TaskSpec
+from airflow_provider_hvd.runner.wire.messages import TaskInfo
 
 
 def run_barrier_task(spec: TaskSpec, _rows):
@@ -39,9 +40,9 @@ def run_barrier_task(spec: TaskSpec, _rows):
     from airflow_provider_hvd.runner.barrier.roster_member import RosterMember
 
     member = RosterMember((spec.driver_host, spec.driver_port), bytes.fromhex(spec.secret_hex),
-                          ctx.partitionId(), {"host": executor_host(ctx), "hostname": socket.gethostname()})
+                          ctx.partitionId(), TaskInfo(host=executor_host(ctx), hostname=socket.gethostname()))
     try:
-        task_hosts = [t["host"] for t in member.tasks()]
+        task_hosts = [t.host for t in member.tasks()]
         slot = assign_slots(task_hosts)[ctx.partitionId()]
         iface = gloo_interface(slot.hostname, spec.driver_host)
         env = {**rank_base_env(), **spec.env, **gloo_env(slot, iface=iface)}
@@ -68,9 +69,6 @@ def _mpi_task(spec: TaskSpec, ctx):
     service closes while mpirun still needs it."""
     from airflow_provider_hvd.runner.barrier.gpus import task_gpu_addresses
     from airflow_provider_hvd.runner.common.rank_slots import assign_slots
-    from airflow_provider_hvd.runner.barrier.mpi_run import MpiRun
-    from airflow_provider_hvd.runner.barrier.addresses import gloo_interface
-    from airflow_provider_hvd.runner.barrier.rank_environment import rank_base_env
     from airflow_provider_hvd.runner.barrier.roster_member import RosterMember
     from airflow_provider_hvd.runner.barrier.rsh_service import RshService
 
@@ -79,34 +77,14 @@ def _mpi_task(spec: TaskSpec, ctx):
     member = None
     try:
         gpus = task_gpu_addresses(ctx)
-        mine = {"host": executor_host(ctx), "hostname": socket.gethostname(), "rsh_port": service.port, "gpus": ",".join(gpus) if gpus else None}
+        mine = TaskInfo(host=executor_host(ctx), hostname=socket.gethostname(), rsh_port=service.port,
+                        gpus=",".join(gpus) if gpus else None)
         member = RosterMember((spec.driver_host, spec.driver_port), secret, ctx.partitionId(), mine)
         tasks = member.tasks()
-        slots = assign_slots([t["host"] for t in tasks])
+        slots = assign_slots([t.host for t in tasks])
         slot = slots[ctx.partitionId()]
         if slot.rank == 0:
-            hosts: list[tuple[str, int]] = []
-            for s in sorted(slots, key=lambda s: s.rank):
-                if not hosts or hosts[-1][0] != s.hostname:
-                    hosts.append((s.hostname, 0))
-                hosts[-1] = (s.hostname, hosts[-1][1] + 1)
-            gpus_by_rank = [None] * len(slots)
-            for task, s in zip(tasks, slots):
-                gpus_by_rank[s.rank] = task["gpus"]
-            rank_env = dict(spec.env)
-            if any(g is not None for g in gpus_by_rank):
-                rank_env[LaunchEnv.GPUS_BY_RANK] = json.dumps(gpus_by_rank)
-            run = MpiRun(hosts=hosts, rsh={t["host"]: (t["host"], t["rsh_port"]) for t in tasks},
-                         iface=gloo_interface(slot.hostname, spec.driver_host), env=rank_base_env(),
-                         rank_env=rank_env, driver=(spec.driver_host, spec.driver_port), secret=secret,
-                         forward_output=spec.forward_output, timeline_interval=spec.timeline_interval,
-                         extra_args=list(spec.mpi_args))
-            run.start()
-            released = member.watch(run.stop)  # the driver gone or cut off: mpirun's job goes too
-            returncode = run.wait()
-            if returncode != 0:
-                raise RuntimeError(f"mpirun exited with code {returncode}")
-            released.wait()
+            _run_mpirun(spec, member, tasks, slots, slot)
         else:
             member.wait_for_stop()
         yield slot.rank
@@ -114,6 +92,37 @@ def _mpi_task(spec: TaskSpec, ctx):
         if member is not None:
             member.leave()
         service.close()
+
+
+def _run_mpirun(spec: TaskSpec, member, tasks: list[TaskInfo], slots, slot) -> None:
+    """Rank 0's task: mpirun over every host's rsh service, until it ends and the driver releases us."""
+    from airflow_provider_hvd.runner.barrier.addresses import gloo_interface
+    from airflow_provider_hvd.runner.barrier.mpi_run import MpiRun
+    from airflow_provider_hvd.runner.barrier.rank_environment import rank_base_env
+
+    hosts: list[tuple[str, int]] = []  # (hostname, ranks there), in rank order
+    for s in sorted(slots, key=lambda s: s.rank):
+        if not hosts or hosts[-1][0] != s.hostname:
+            hosts.append((s.hostname, 0))
+        hosts[-1] = (s.hostname, hosts[-1][1] + 1)
+    gpus_by_rank = [None] * len(slots)
+    for task, s in zip(tasks, slots):
+        gpus_by_rank[s.rank] = task.gpus
+    rank_env = dict(spec.env)
+    if any(g is not None for g in gpus_by_rank):
+        rank_env[LaunchEnv.GPUS_BY_RANK] = json.dumps(gpus_by_rank)
+    secret = bytes.fromhex(spec.secret_hex)
+    run = MpiRun(hosts=hosts, rsh={t.host: (t.host, t.rsh_port) for t in tasks},
+                 iface=gloo_interface(slot.hostname, spec.driver_host), env=rank_base_env(),
+                 rank_env=rank_env, driver=(spec.driver_host, spec.driver_port), secret=secret,
+                 forward_output=spec.forward_output, timeline_interval=spec.timeline_interval,
+                 extra_args=list(spec.mpi_args))
+    run.start()
+    released = member.watch(run.stop)  # the driver gone or cut off: mpirun's job goes too
+    returncode = run.wait()
+    if returncode != 0:
+        raise RuntimeError(f"mpirun exited with code {returncode}")
+    released.wait()
 
 
 def executor_host(ctx) -> str:

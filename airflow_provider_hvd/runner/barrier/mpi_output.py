@@ -2,13 +2,12 @@
 
 from __future__ import annotations
 
-import json
+import dataclasses
 import re
 import signal
-from typing import Any
 
-from airflow_provider_hvd.runner.wire.messages import Exited
-from airflow_provider_hvd.runner.wire.launch import DAEMON_DIED_MARKER
+from airflow_provider_hvd.runner.wire.messages import DaemonDeath, Exited
+from airflow_provider_hvd.runner.wire.launch import DAEMON_DIED_MARKER, find_marked
 
 _TAG = re.compile(r"\[\d+,(\d+)\]<(stdout|stderr)>:")
 # What a read can leave of a tag at the end of the data: "[", "[1,0", "[1,0]<std", ...
@@ -19,7 +18,6 @@ _EXITED = re.compile(r"Process name: \[\[\d+,\d+\],(\d+)\]\s*Exit code:\s*(\d+)"
 # our own stop, a lost executor, the OOM killer), which have messages of their own.
 CRASH_SIGNALS = frozenset({"SIGSEGV", "SIGBUS", "SIGABRT", "SIGFPE", "SIGILL", "SIGSYS", "SIGTRAP"})
 _DAEMONS_NOT_STARTED = "unable to reliably start one or more daemons"
-_DAEMON_DIED = re.compile(re.escape(DAEMON_DIED_MARKER) + r"(\{.*?\})\s*$", re.M)
 
 
 class TaggedOutput:
@@ -68,27 +66,23 @@ def failure_report(returncode: int, mpirun_lines: list[str], rank_tails: dict[in
     When an Open MPI process itself died of a signal (an orted, as the rsh agent reports it, or
     mpirun), ``daemon`` says which, on which host: that is Open MPI crashing, not the ranks."""
     text = "\n".join(mpirun_lines)
-    report: dict[str, Any] = {"rank": 0, "returncode": returncode}
-    died = _DAEMON_DIED.search(text)
-    if died:
-        try:
-            report["daemon"] = {"process": "orted", **json.loads(died.group(1))}
-        except ValueError:
-            pass
-    elif returncode < 0 and signal.Signals(-returncode).name in CRASH_SIGNALS:
-        report["daemon"] = {"process": "mpirun", "host": mpirun_host,
-                            "signal": signal.Signals(-returncode).name, "code": returncode}
+    daemon = find_marked(DAEMON_DIED_MARKER, DaemonDeath, text)
+    if daemon is None and returncode < 0 and signal.Signals(-returncode).name in CRASH_SIGNALS:
+        daemon = DaemonDeath(process="mpirun", host=mpirun_host, signal=signal.Signals(-returncode).name,
+                             code=returncode)
+    report = Exited(rank=0, returncode=returncode, daemon=daemon)
     signaled = _SIGNALED.search(text)
     exited = _EXITED.search(text)
     if signaled:
-        report.update(rank=int(signaled.group(1)), host=signaled.group(2),
-                      returncode=-int(signaled.group(3)), signal=signal.Signals(int(signaled.group(3))).name)
+        report = dataclasses.replace(report, rank=int(signaled.group(1)), host=signaled.group(2),
+                                     returncode=-int(signaled.group(3)),
+                                     signal=signal.Signals(int(signaled.group(3))).name)
     elif exited:
-        report.update(rank=int(exited.group(1)), returncode=int(exited.group(2)))
+        report = dataclasses.replace(report, rank=int(exited.group(1)), returncode=int(exited.group(2)))
     # Open MPI's own account of a crash (the daemon's backtrace, its help text) runs longer, and so
     # does its account of daemons that never started: what the daemon or its launch said comes
     # before a 20-line help text.
-    keep = 40 if "daemon" in report or _DAEMONS_NOT_STARTED in text else 10
-    report["tail"] = list(rank_tails.get(report["rank"], [])) + [f"<mpirun> {line}" for line in mpirun_lines[-keep:]
-                                                                 if not line.startswith(DAEMON_DIED_MARKER)]
-    return Exited(**report)
+    keep = 40 if daemon is not None or _DAEMONS_NOT_STARTED in text else 10
+    tail = list(rank_tails.get(report.rank, [])) + [f"<mpirun> {line}" for line in mpirun_lines[-keep:]
+                                                    if not line.startswith(DAEMON_DIED_MARKER)]
+    return dataclasses.replace(report, tail=tail)

@@ -10,21 +10,21 @@ cannot: ``watch`` stops the ranks then.
 from __future__ import annotations
 
 import threading
-from typing import Any, Callable
+from typing import Callable
 
 from airflow_provider_hvd.runner.wire import channel as channel_mod
-from airflow_provider_hvd.runner.wire.messages import Bye, Op, Roster
+from airflow_provider_hvd.runner.wire.messages import Bye, Op, Roster, TaskInfo
 from airflow_provider_hvd.runner.wire.hellos import TaskHello
 
 
 class RosterMember:
     """A barrier task's member of the roster."""
 
-    def __init__(self, driver: tuple[str, int], secret: bytes, partition: int, info: dict[str, Any]):
+    def __init__(self, driver: tuple[str, int], secret: bytes, partition: int, info: TaskInfo):
         self._channel = channel_mod.connect(driver, secret, TaskHello(partition=partition, info=info))
         self._leaving = False
 
-    def tasks(self) -> list[dict[str, Any]]:
+    def tasks(self) -> list[TaskInfo]:
         """Block until every task has joined; return their infos in partition order."""
         message = self._channel.recv_message()
         if not isinstance(message, Roster):

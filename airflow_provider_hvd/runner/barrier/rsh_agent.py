@@ -18,7 +18,8 @@ def main(argv: list[str]) -> int:
     from airflow_provider_hvd.runner.wire import channel as channel_mod
     from airflow_provider_hvd.runner.wire.messages import Exec, Exit, Out, Stream
     from airflow_provider_hvd.runner.wire.hellos import RshAgentHello
-    from airflow_provider_hvd.runner.wire.launch import DAEMON_DIED_MARKER, LaunchEnv
+    from airflow_provider_hvd.runner.wire.launch import DAEMON_DIED_MARKER, LaunchEnv, marker_line
+    from airflow_provider_hvd.runner.wire.messages import DaemonDeath
 
     args = [a for a in argv]
     while args and args[0].startswith("-"):  # ssh-style options OpenMPI may add
@@ -48,8 +49,8 @@ def main(argv: list[str]) -> int:
             code = int(message.code)
             died_of = _signal_of(code)
             if died_of in CRASH_SIGNALS:  # say it in a line mpirun passes on and the launcher recognises
-                report = {"host": host, "signal": died_of, "code": code}
-                print(DAEMON_DIED_MARKER + json.dumps(report), file=sys.stderr, flush=True)
+                print(marker_line(DAEMON_DIED_MARKER, DaemonDeath(host=host, signal=died_of, code=code)),
+                      file=sys.stderr, flush=True)
             return code
 
 

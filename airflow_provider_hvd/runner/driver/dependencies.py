@@ -63,60 +63,85 @@ def pickled_modules(data: bytes | memoryview) -> set[str]:
     Walks the opcodes as pickletools.genops does, but steps over long strings instead of
     copying them (genops copies every byte string it meets): a payload carrying a 1 GiB
     array is scanned in microseconds."""
-    found: set[str] = set()
-    memo: dict[int, Any] = {}
-    recent: list[Any] = [None, None]  # the last two values pushed, where they are strings
-    want_module = False
-    view = memoryview(data).cast("B")
-    window = io.BytesIO()  # other arguments are short: parsed from a small copy
-    pos = 0
+    scan = _OpcodeScan(data)
     try:
-        for _ in range(_MAX_OPS):
-            op = _OPCODES[bytes(view[pos:pos + 1])]
-            pos += 1
-            name = op.name
-            value: Any = None
-            if name in _SIZED:
-                width, text = _SIZED[name]
-                size = int.from_bytes(view[pos:pos + width], "little", signed=name == "BINSTRING")
-                pos += width
-                if text and size <= _LONGEST_NAME:
-                    value = str(view[pos:pos + size], "utf-8" if "UNICODE" in name else "latin-1", "replace")
-                pos += size
-                if want_module and value is not None:
-                    found.add(value)
-                    want_module = False
-            elif op.arg is not None:
-                window.seek(0)
-                window.truncate()
-                window.write(view[pos:pos + 4096])
-                window.seek(0)
-                arg = op.arg.reader(window)
-                pos += window.tell()
-                if name in _GET_OPS:
-                    value = memo.get(arg)
-                    if want_module and isinstance(value, str):
-                        found.add(value)
-                        want_module = False
-                elif name in _PUT_OPS:
-                    memo[arg] = recent[-1]
-                    continue
-                elif name in ("GLOBAL", "INST"):
-                    module, _, qualname = str(arg).partition(" ")
-                    want_module = _note_global(found, module, qualname)
-            elif name == "MEMOIZE":
-                memo[len(memo)] = recent[-1]
-                continue
-            elif name == "STACK_GLOBAL":
-                module, qualname = recent[-2], recent[-1]
-                if isinstance(module, str) and isinstance(qualname, str):
-                    want_module = _note_global(found, module, qualname)
-            elif name == "STOP":
-                break
-            recent = [recent[-1], value]
+        scan.run()
     except Exception:  # a pickle this scan does not understand: the rank-side error remains
         pass
-    return found
+    return scan.found
+
+
+class _OpcodeScan:
+    """One walk over a pickle's opcodes, keeping only what names a module."""
+
+    def __init__(self, data: bytes | memoryview):
+        self.found: set[str] = set()
+        self.memo: dict[int, Any] = {}
+        self.recent: list[Any] = [None, None]  # the last two values pushed, where they are strings
+        self.want_module = False  # the next string names the module a cloudpickle loader loads
+        self.view = memoryview(data).cast("B")
+        self.window = io.BytesIO()  # other arguments are short: parsed from a small copy
+        self.pos = 0
+
+    def run(self) -> None:
+        for _ in range(_MAX_OPS):
+            op = _OPCODES[bytes(self.view[self.pos:self.pos + 1])]
+            self.pos += 1
+            if op.name == "STOP":
+                return
+            value, pushed = self._step(op)
+            if pushed:
+                self.recent = [self.recent[-1], value]
+
+    def _step(self, op) -> tuple[Any, bool]:
+        """This opcode's string value (or None), and whether it pushed a value (memo puts do not)."""
+        if op.name in _SIZED:
+            return self._sized(op.name), True
+        if op.arg is not None:
+            return self._with_argument(op)
+        if op.name == "MEMOIZE":
+            self.memo[len(self.memo)] = self.recent[-1]
+            return None, False
+        if op.name == "STACK_GLOBAL":
+            module, qualname = self.recent
+            if isinstance(module, str) and isinstance(qualname, str):
+                self.want_module = _note_global(self.found, module, qualname)
+        return None, True
+
+    def _sized(self, name: str) -> str | None:
+        width, text = _SIZED[name]
+        size = int.from_bytes(self.view[self.pos:self.pos + width], "little", signed=name == "BINSTRING")
+        self.pos += width
+        value = None
+        if text and size <= _LONGEST_NAME:
+            value = str(self.view[self.pos:self.pos + size], "utf-8" if "UNICODE" in name else "latin-1", "replace")
+        self.pos += size
+        self._maybe_module(value)
+        return value
+
+    def _with_argument(self, op) -> tuple[Any, bool]:
+        self.window.seek(0)
+        self.window.truncate()
+        self.window.write(self.view[self.pos:self.pos + 4096])
+        self.window.seek(0)
+        arg = op.arg.reader(self.window)
+        self.pos += self.window.tell()
+        if op.name in _GET_OPS:
+            value = self.memo.get(arg)
+            self._maybe_module(value)
+            return value, True
+        if op.name in _PUT_OPS:
+            self.memo[arg] = self.recent[-1]
+            return None, False
+        if op.name in ("GLOBAL", "INST"):
+            module, _, qualname = str(arg).partition(" ")
+            self.want_module = _note_global(self.found, module, qualname)
+        return None, True
+
+    def _maybe_module(self, value: Any) -> None:
+        if self.want_module and isinstance(value, str):
+            self.found.add(value)
+            self.want_module = False
 
 
 def _note_global(found: set[str], module: str, qualname: str) -> bool:

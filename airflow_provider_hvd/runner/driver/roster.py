@@ -15,11 +15,10 @@ died with its executor, and the driver reports the ranks of that task as lost.
 from __future__ import annotations
 
 import threading
-from typing import Any
 
 from airflow_provider_hvd.runner.common.rank_slots import Slot, assign_slots
 from airflow_provider_hvd.runner.wire.channel import Channel
-from airflow_provider_hvd.runner.wire.messages import Roster as RosterMessage
+from airflow_provider_hvd.runner.wire.messages import Roster as RosterMessage, TaskInfo
 
 
 class Roster:
@@ -28,19 +27,19 @@ class Roster:
     def __init__(self, size: int):
         self.size = size
         self._lock = threading.Lock()
-        self._members: dict[int, tuple[Channel, dict[str, Any]]] = {}
+        self._members: dict[int, tuple[Channel, TaskInfo]] = {}
         self._slots: list[Slot] | None = None
 
-    def join(self, channel: Channel, partition: int, info: dict[str, Any]) -> list[Slot] | None:
+    def join(self, channel: Channel, partition: int, info: TaskInfo) -> list[Slot] | None:
         """Record a task; when it completes the roster, answer every task and return the slots."""
-        if not 0 <= partition < self.size or not isinstance(info.get("host"), str):
+        if not 0 <= partition < self.size:
             raise ValueError(f"roster: bad join from {channel.peer}: partition {partition!r}, info {info!r}")
         with self._lock:
             self._members[partition] = (channel, info)
             if len(self._members) < self.size:
                 return None
             infos = [self._members[p][1] for p in range(self.size)]
-            self._slots = assign_slots([i["host"] for i in infos])
+            self._slots = assign_slots([i.host for i in infos])
             for member, _ in self._members.values():
                 try:
                     member.send_message(RosterMessage(tasks=infos))

@@ -18,7 +18,7 @@ from airflow_provider_hvd.runner.errors import (
     StallError,
     StartTimeoutError,
 )
-from airflow_provider_hvd.runner.wire.messages import EventKind, Exited, Lost, RankException, Stalled
+from airflow_provider_hvd.runner.wire.messages import DaemonDeath, EventKind, Exited, Lost, RankException, Stalled
 from airflow_provider_hvd.runner.wire.hellos import RankHello
 
 CONSEQUENCE_TYPES = {"HorovodInternalError"}
@@ -88,10 +88,8 @@ class RunFailures:
         message += " Check that executor's log."
         return RankFailedError(message, rank=rank, host=host, returncode=None, tail=[], kind="lost")
 
-    def _daemon_crash(self, event: Event, daemon: dict[str, Any]) -> MpiDaemonCrashError:
-        host = str(daemon.get("host", "?"))
-        signal = str(daemon.get("signal", "?"))
-        process = str(daemon.get("process", "orted"))
+    def _daemon_crash(self, event: Event, daemon: DaemonDeath) -> MpiDaemonCrashError:
+        host, signal, process = daemon.host, daemon.signal, daemon.process
         ranks = sorted(r for r, h in self.hosts.items() if h == host) or [event.rank]
         tail = event.data.tail
         message = _daemon_crash_message(process, host, signal, ranks)

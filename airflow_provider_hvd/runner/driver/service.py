@@ -25,7 +25,8 @@ from typing import Any, Callable
 
 from airflow_provider_hvd.runner.driver.kv_store import KeyValueStore
 from airflow_provider_hvd.runner.driver.roster import Roster
-from airflow_provider_hvd.runner.wire.channel import Channel, ChannelClosed, ChannelServer, is_unreachable
+from airflow_provider_hvd.runner.wire.channel import Channel, ChannelClosed, ChannelServer
+from airflow_provider_hvd.runner.wire.keepalive import is_unreachable
 from airflow_provider_hvd.runner.wire.messages import (
     Bye,
     Diagnostic,
@@ -178,7 +179,7 @@ class DriverService:
         if self._roster is None:
             log.warning("driver service: a barrier task joined a run that has none, from %s", channel.peer)
             return
-        partition, info = hello.partition, dict(hello.info or {})
+        partition, info = hello.partition, hello.info
         self._hold((Role.TASK, partition), channel)
         said_bye, unreachable = False, False
         try:
@@ -195,9 +196,9 @@ class DriverService:
             unreachable = is_unreachable(exc)
         finally:
             if unreachable:
-                self._mark_unreachable(channel, info.get("hostname"))
+                self._mark_unreachable(channel, info.hostname)
             self._release((Role.TASK, partition), said_bye, self._roster.ranks_of(partition),
-                          Lost(host=info.get("host", "?"), hostname=info.get("hostname"), unreachable=unreachable))
+                          Lost(host=info.host, hostname=info.hostname, unreachable=unreachable))
 
     def _mark_unreachable(self, channel: Channel, hostname: str | None) -> None:
         address = channel.peer.rsplit(":", 1)[0]

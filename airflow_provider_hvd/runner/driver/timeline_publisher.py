@@ -32,6 +32,7 @@ import time
 from collections.abc import Iterator
 
 from airflow_provider_hvd.runner.common.storage import atomic_write_stream, fs_and_path
+from airflow_provider_hvd.runner.driver.chrome_trace import closed_body, event_boundary_after, live_view_parts
 
 log = logging.getLogger("airflow_provider_hvd.runner")
 
@@ -58,57 +59,6 @@ def attempt_location(destination: str, attempt: int) -> str:
     destination = str(destination)
     stem = destination[:-len(".json")] if destination.endswith(".json") else destination
     return f"{stem}.attempt-{attempt}.json"
-
-
-def chrome_trace_snapshot(raw: bytes) -> bytes:
-    """Close Horovod's open JSON array held whole in memory (tests: the same cut the final write makes)."""
-    body, closing = _closed_body(raw)
-    return raw[:body] + closing
-
-
-def _closed_body(tail: bytes) -> tuple[int, bytes]:
-    """Where Horovod's array (whose last bytes are ``tail``) must be cut, and what closes it.
-
-    Horovod ends the file with ``}]`` when it shuts down cleanly: kept as is. While it
-    runs, or after a crash, the file ends with ``},`` or with half an event: cut after
-    the last whole event and close with ``]``.
-    """
-    end = len(tail.rstrip())
-    text = tail[:end]
-    if text.endswith(b"}]"):
-        return end, b""
-    if text.endswith(b"},"):
-        return end - 1, b"]"
-    cut = text.rfind(b"},")
-    if cut < 0:  # no whole event: an empty trace
-        return 0, b"[]"
-    return cut + 1, b"]"
-
-
-def _event_boundary_after(data: bytes, start: int) -> int:
-    """Index of the first event that begins at or after ``start`` (Horovod separates events with ``},``)."""
-    cut = data.find(b"},", max(0, start - 2))
-    if cut < 0:
-        return len(data)
-    cut += 2
-    while cut < len(data) and data[cut:cut + 1] in (b"\n", b" "):
-        cut += 1
-    return cut
-
-
-def _live_view_parts(chunks: list[bytes], metadata: list[bytes]) -> list[bytes]:
-    """The live view (a valid Chrome trace) as parts to write one after another: no copy of the window."""
-    while chunks:  # the newest events end with "," (more to come) or "]" (Horovod shut down)
-        last = chunks[-1].rstrip()
-        last = last[:-1].rstrip() if last.endswith(b"]") else last
-        last = last.rstrip(b",").rstrip()
-        if last:
-            chunks[-1] = last
-            break
-        chunks.pop()
-    metadata_part = b",\n".join(metadata)
-    separator = b",\n" if metadata_part and chunks else b""
-    return [b"[\n", metadata_part, separator, *chunks, b"\n]\n"]
 
 
 class TimelinePublisher:
@@ -198,7 +148,7 @@ class TimelinePublisher:
             self._window_size -= len(oldest)
             excess = self._window_size + len(oldest) - self.live_bytes
             if excess < len(oldest):  # keep the part of the oldest chunk that fits, from an event boundary
-                kept = oldest[_event_boundary_after(oldest, excess):]
+                kept = oldest[event_boundary_after(oldest, excess):]
                 if kept:
                     self._window.appendleft(kept)
                     self._window_size += len(kept)
@@ -218,7 +168,7 @@ class TimelinePublisher:
             self.live_publishing = True
             # The deque only ever drops its references to old chunks, so these stay as they are while written.
             chunks, metadata = list(self._window), list(self._metadata.values())
-        parts = _live_view_parts(chunks, metadata)
+        parts = live_view_parts(chunks, metadata)
         size = sum(len(p) for p in parts)
         try:
             atomic_write_stream(self.live_destination, parts)
@@ -240,7 +190,7 @@ class TimelinePublisher:
         with open(self._staging_path, "rb") as f:
             tail_start = max(0, size - 65536)
             f.seek(tail_start)
-            body, closing = _closed_body(f.read())
+            body, closing = closed_body(f.read())
             body += tail_start
             self.final_bytes = body + len(closing)
             f.seek(0)

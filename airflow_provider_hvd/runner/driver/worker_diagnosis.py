@@ -9,15 +9,13 @@ that names the host, the worker's Python, the module and the fix.
 
 from __future__ import annotations
 
-import json
 import re
 import sys
 
 from airflow_provider_hvd.runner.errors import WorkerEnvironmentError
-from airflow_provider_hvd.runner.wire.launch import WORKER_REPORT_MARKER
+from airflow_provider_hvd.runner.wire.launch import WORKER_REPORT_MARKER, WorkerReport, find_marked
 
 
-_REPORT = re.compile(re.escape(WORKER_REPORT_MARKER) + r"(\{.*?\})\s*$", re.M)
 _LOST_TASK_HOST = re.compile(r"\(TID \d+\) \(([^\s)]+) executor [^)]+\)")
 _CANNOT_RUN = re.compile(r'Cannot run program "([^"]+)"[^:\n]*: ([^\n]+)')
 _VERSION_MISMATCH = re.compile(r"Python in worker has different version:? \(?([\d., ]+)\)? than that in driver:? "
@@ -43,36 +41,53 @@ def diagnose(job_error: BaseException | str, worker_python: str,
     ``worker_python``: the executable the driver told the workers to run; ``where``: how to name
     the cluster when Spark's text does not name the host."""
     text = str(job_error)
-    found = _REPORT.search(text)
-    if found:
-        try:
-            report = json.loads(found.group(1))
-        except ValueError:
-            report = None
-        if report:
-            return _from_report(report)
+    report = find_marked(WORKER_REPORT_MARKER, WorkerReport, text)
+    if report is not None:
+        return _from_report(report)
     lost_on = _LOST_TASK_HOST.search(text)
     host = lost_on.group(1) if lost_on else None
     worker = f"the Spark worker on host {host}" if host else f"a Spark worker ({where})"
-    driver = "%d.%d" % sys.version_info[:2]
+    for reading in (_cannot_run, _version_mismatch, _no_pyspark, _worker_start):
+        error = reading(text, worker, host, worker_python)
+        if error is not None:
+            return error
+    return None
+
+
+def _cannot_run(text: str, worker: str, host: str | None, worker_python: str) -> WorkerEnvironmentError | None:
     cannot_run = _CANNOT_RUN.search(text)
-    if cannot_run:
-        return WorkerEnvironmentError(
-            f"HorovodRunner: {worker} could not start Python {cannot_run.group(1)!r} "
-            f"({cannot_run.group(2).strip()}): no such executable there. {FIX}", host=host, python=cannot_run.group(1))
+    if not cannot_run:
+        return None
+    return WorkerEnvironmentError(
+        f"HorovodRunner: {worker} could not start Python {cannot_run.group(1)!r} "
+        f"({cannot_run.group(2).strip()}): no such executable there. {FIX}", host=host, python=cannot_run.group(1))
+
+
+def _version_mismatch(text: str, worker: str, host: str | None, worker_python: str) -> WorkerEnvironmentError | None:
     mismatch = _VERSION_MISMATCH.search(text)
-    if mismatch:
-        worker_version, driver_version = (_version(g) for g in mismatch.groups())
-        return WorkerEnvironmentError(
-            f"HorovodRunner: {worker} runs Python {worker_version} ({worker_python}) but the driver runs "
-            f"Python {driver_version}: PySpark needs the same minor version on both. {FIX}",
-            host=host, python=worker_python)
-    if _NO_PYSPARK.search(text):
-        return WorkerEnvironmentError(
-            f"HorovodRunner: {worker} cannot import pyspark in Python {worker_python}. {FIX}",
-            host=host, python=worker_python, module="pyspark")
+    if not mismatch:
+        return None
+    worker_version, driver_version = (_version(g) for g in mismatch.groups())
+    return WorkerEnvironmentError(
+        f"HorovodRunner: {worker} runs Python {worker_version} ({worker_python}) but the driver runs "
+        f"Python {driver_version}: PySpark needs the same minor version on both. {FIX}",
+        host=host, python=worker_python)
+
+
+def _no_pyspark(text: str, worker: str, host: str | None, worker_python: str) -> WorkerEnvironmentError | None:
+    if not _NO_PYSPARK.search(text):
+        return None
+    return WorkerEnvironmentError(
+        f"HorovodRunner: {worker} cannot import pyspark in Python {worker_python}. {FIX}",
+        host=host, python=worker_python, module="pyspark")
+
+
+def _worker_start(text: str, worker: str, host: str | None, worker_python: str) -> WorkerEnvironmentError | None:
+    """PySpark's worker daemon died while starting: our daemon module missing, or another cause."""
     start = _WORKER_START.search(text)
-    no_package = _NO_PACKAGE.search(start.group(1)) if start else None
+    if not start:
+        return None
+    no_package = _NO_PACKAGE.search(start.group(1))
     if no_package:
         module = no_package.group(1)
         # Only a submodule missing: the package is there, from a release before the driver's.
@@ -81,27 +96,25 @@ def diagnose(job_error: BaseException | str, worker_python: str,
             f"HorovodRunner: {worker} cannot import {module!r} in Python {worker_python}{older}: PySpark's "
             f"worker daemon there is this package's (spark.python.daemon.module). Nothing was started. {FIX}",
             host=host, python=worker_python, module=module)
-    if start:
-        lines = [line.strip() for line in start.group(1).strip().splitlines() if line.strip()]
-        version = _LIB_VERSION.search(start.group(1))
-        seen = f" (its traceback runs in a Python {version.group(1)} library)" if version else ""
-        return WorkerEnvironmentError(
-            f"HorovodRunner: {worker} could not start PySpark's Python worker under {worker_python}{seen}: "
-            f"{lines[-1] if lines else 'no output'}. The workers need the driver's Python version ({driver}) "
-            f"with PySpark's dependencies. {FIX}", host=host, python=worker_python)
-    return None
+    lines = [line.strip() for line in start.group(1).strip().splitlines() if line.strip()]
+    version = _LIB_VERSION.search(start.group(1))
+    seen = f" (its traceback runs in a Python {version.group(1)} library)" if version else ""
+    return WorkerEnvironmentError(
+        f"HorovodRunner: {worker} could not start PySpark's Python worker under {worker_python}{seen}: "
+        f"{lines[-1] if lines else 'no output'}. The workers need the driver's Python version "
+        f"({'%d.%d' % sys.version_info[:2]}) with PySpark's dependencies. {FIX}", host=host, python=worker_python)
 
 
-def _from_report(report: dict) -> WorkerEnvironmentError:
-    host, python, version = report.get("host", "?"), report.get("python", "?"), report.get("version", "?")
-    if report.get("problem") == "python":
+def _from_report(report: WorkerReport) -> WorkerEnvironmentError:
+    host, python, version = report.host, report.python, report.version
+    if report.problem == "python":
         return WorkerEnvironmentError(
             f"HorovodRunner: the Spark worker on host {host} runs Python {version} ({python}): "
-            f"{report.get('detail')}. {FIX}", host=host, python=python)
-    module = report.get("module") or "?"
+            f"{report.detail}. {FIX}", host=host, python=python)
+    module = report.module or "?"
     return WorkerEnvironmentError(
         f"HorovodRunner: the Spark worker on host {host} cannot import {module!r} in Python {python} "
-        f"({version}): {report.get('detail')}. Nothing was started. {FIX}", host=host, python=python, module=module)
+        f"({version}): {report.detail}. Nothing was started. {FIX}", host=host, python=python, module=module)
 
 
 def _version(text: str) -> str:

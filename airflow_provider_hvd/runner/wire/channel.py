@@ -24,8 +24,6 @@ by a lock so that several threads of a process can share one channel.
 
 from __future__ import annotations
 
-import errno
-import hashlib
 import hmac
 import json
 import logging
@@ -35,86 +33,21 @@ import struct
 import threading
 from typing import Any, Callable
 
-from cryptography.exceptions import InvalidTag
-from cryptography.hazmat.primitives import hashes
-from cryptography.hazmat.primitives.ciphers.aead import AESGCM
-from cryptography.hazmat.primitives.kdf.hkdf import HKDF
-
 from airflow_provider_hvd.runner.wire.messages import Message, parse
+from airflow_provider_hvd.runner.wire.sealing import CHUNK, NONCE_SIZE, TAG, Sealer, answer, session_keys
 from airflow_provider_hvd.runner.wire.hellos import Hello
+from airflow_provider_hvd.runner.wire.keepalive import CLIENT_KEEPALIVE, SERVER_KEEPALIVE, tune
 
 log = logging.getLogger(__name__)
 
 _FRAME = struct.Struct(">cQ")
-_NONCE_SIZE = 32
-_AUTH_CONTEXT = b"airflow-provider-hvd channel v2\0"
-_TAG = 16  # AES-GCM's authentication tag
-_CHUNK = 4 << 20  # plaintext bytes per sealed chunk
 AUTH_TIMEOUT_S = 10.0
-# A peer whose host vanishes (its network cut, the machine powered off) sends no FIN or RST:
-# without keepalive, a side waiting to read would wait for ever. With it, an idle connection to a
-# silent host fails with ETIMEDOUT about idle + interval * probes seconds after the host went
-# quiet; a live peer's kernel answers the probes, however busy the process is. The server side
-# (the driver, which names what failed) gives up first (~3 s against ~5 s): otherwise mpirun's
-# account of the daemon it lost on that host could arrive first and read as an Open MPI crash.
-CLIENT_KEEPALIVE = (2, 1, 3)  # idle s, interval s, probes
-SERVER_KEEPALIVE = (1, 1, 2)
-
-
-def _tune(sock: socket.socket, keepalive: tuple[int, int, int]) -> None:
-    idle, interval, probes = keepalive
-    sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_KEEPALIVE, 1)
-    sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_KEEPIDLE, idle)
-    sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_KEEPINTVL, interval)
-    sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_KEEPCNT, probes)
-
-
-def is_unreachable(exc: BaseException) -> bool:
-    """The connection failed because the peer's host stopped answering (keepalive or
-    retransmissions timed out, no route), not because the peer closed or reset it."""
-    return isinstance(exc, OSError) and exc.errno in (errno.ETIMEDOUT, errno.EHOSTUNREACH, errno.ENETUNREACH)
-
-
 class ChannelClosed(ConnectionError):
     """The peer closed the connection."""
 
 
 class AuthenticationError(ConnectionError):
     """The peer does not hold the run's secret."""
-
-
-def _answer(secret: bytes, server_nonce: bytes, client_nonce: bytes) -> bytes:
-    return hmac.new(secret, _AUTH_CONTEXT + server_nonce + client_nonce, hashlib.sha256).digest()
-
-
-def _session_keys(secret: bytes, server_nonce: bytes, client_nonce: bytes) -> tuple[bytes, bytes]:
-    """(client -> server key, server -> client key) for one connection."""
-    keys = HKDF(algorithm=hashes.SHA256(), length=64, salt=server_nonce + client_nonce,
-                info=_AUTH_CONTEXT + b"session keys").derive(secret)
-    return keys[:32], keys[32:]
-
-
-class _Sealer:
-    """AES-256-GCM in one direction of one connection: the nonce is a counter, never reused."""
-
-    def __init__(self, key: bytes):
-        self._aead = AESGCM(key)
-        self._counter = 0
-
-    def _nonce(self) -> bytes:
-        nonce = self._counter.to_bytes(12, "big")
-        self._counter += 1
-        return nonce
-
-    def seal(self, data: bytes | memoryview) -> bytes:
-        return self._aead.encrypt(self._nonce(), data, None)
-
-    def open(self, sealed: bytes | bytearray) -> bytes:
-        try:
-            return self._aead.decrypt(self._nonce(), sealed, None)
-        except InvalidTag:
-            raise ConnectionError("a frame failed its integrity check (altered, replayed or out of order)") from None
 
 
 def _recv_exact(sock: socket.socket, n: int) -> bytearray:
@@ -137,8 +70,8 @@ class Channel:
         self.sock = sock
         self.peer = peer
         self._send_lock = threading.Lock()
-        self._sealer = _Sealer(send_key)
-        self._opener = _Sealer(recv_key)
+        self._sealer = Sealer(send_key)
+        self._opener = Sealer(recv_key)
         self.ended_by: BaseException | None = None  # set by read_until when the channel failed
 
     def send_json(self, message: dict[str, Any]) -> None:
@@ -170,27 +103,27 @@ class Channel:
 
     def _send_locked(self, kind: bytes, body: bytes) -> None:
         header = self._sealer.seal(_FRAME.pack(kind, len(body)))
-        if len(body) <= _CHUNK:
+        if len(body) <= CHUNK:
             self.sock.sendall(header + self._sealer.seal(body))
             return
         self.sock.sendall(header)
         view = memoryview(body)
-        for start in range(0, len(body), _CHUNK):
-            self.sock.sendall(self._sealer.seal(view[start:start + _CHUNK]))
+        for start in range(0, len(body), CHUNK):
+            self.sock.sendall(self._sealer.seal(view[start:start + CHUNK]))
 
     def recv(self) -> tuple[str, Any]:
         """Return ('json', dict) or ('bytes', bytearray); raise ChannelClosed at the end."""
-        header = self._opener.open(_recv_exact(self.sock, _FRAME.size + _TAG))
+        header = self._opener.open(_recv_exact(self.sock, _FRAME.size + TAG))
         kind, length = _FRAME.unpack(header)
         if kind not in (b"J", b"B"):
             raise ConnectionError(f"bad frame type {kind!r} from {self.peer}")
-        if length <= _CHUNK:
-            body = bytearray(self._opener.open(_recv_exact(self.sock, length + _TAG)))
+        if length <= CHUNK:
+            body = bytearray(self._opener.open(_recv_exact(self.sock, length + TAG)))
         else:
             body = bytearray(length)
-            for start in range(0, length, _CHUNK):
-                n = min(_CHUNK, length - start)
-                body[start:start + n] = self._opener.open(_recv_exact(self.sock, n + _TAG))
+            for start in range(0, length, CHUNK):
+                n = min(CHUNK, length - start)
+                body[start:start + n] = self._opener.open(_recv_exact(self.sock, n + TAG))
         if kind == b"J":
             return "json", json.loads(body)
         return "bytes", body
@@ -234,11 +167,11 @@ def connect(address: tuple[str, int], secret: bytes, hello: Hello | dict[str, An
     once the server's sealed reply proved it holds the secret too."""
     sock = socket.create_connection(address, timeout=timeout)
     try:
-        _tune(sock, CLIENT_KEEPALIVE)
-        server_nonce = bytes(_recv_exact(sock, _NONCE_SIZE))
-        client_nonce = os.urandom(_NONCE_SIZE)
-        sock.sendall(client_nonce + _answer(secret, server_nonce, client_nonce))
-        to_server, to_client = _session_keys(secret, server_nonce, client_nonce)
+        tune(sock, CLIENT_KEEPALIVE)
+        server_nonce = bytes(_recv_exact(sock, NONCE_SIZE))
+        client_nonce = os.urandom(NONCE_SIZE)
+        sock.sendall(client_nonce + answer(secret, server_nonce, client_nonce))
+        to_server, to_client = session_keys(secret, server_nonce, client_nonce)
         channel = Channel(sock, f"{address[0]}:{address[1]}", send_key=to_server, recv_key=to_client)
         channel.send_json(hello.to_wire() if isinstance(hello, Hello) else hello)
         try:
@@ -294,18 +227,18 @@ class ChannelServer:
         peer = f"{addr[0]}:{addr[1]}"
         try:
             sock.settimeout(AUTH_TIMEOUT_S)
-            _tune(sock, SERVER_KEEPALIVE)
-            server_nonce = os.urandom(_NONCE_SIZE)
+            tune(sock, SERVER_KEEPALIVE)
+            server_nonce = os.urandom(NONCE_SIZE)
             sock.sendall(server_nonce)
-            reply = _recv_exact(sock, _NONCE_SIZE + 32)
-            client_nonce, answer = bytes(reply[:_NONCE_SIZE]), bytes(reply[_NONCE_SIZE:])
-            if not hmac.compare_digest(answer, _answer(self._secret, server_nonce, client_nonce)):
+            reply = _recv_exact(sock, NONCE_SIZE + 32)
+            client_nonce, said = bytes(reply[:NONCE_SIZE]), bytes(reply[NONCE_SIZE:])
+            if not hmac.compare_digest(said, answer(self._secret, server_nonce, client_nonce)):
                 self.refused += 1
                 log.warning("%s: refused a connection from %s: it does not hold this run's secret",
                             self._name, peer)
                 sock.close()
                 return
-            to_server, to_client = _session_keys(self._secret, server_nonce, client_nonce)
+            to_server, to_client = session_keys(self._secret, server_nonce, client_nonce)
             channel = Channel(sock, peer, send_key=to_client, recv_key=to_server)
             hello = channel.recv_json()
             sock.settimeout(None)

@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import dataclasses
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, ClassVar
 
-from airflow_provider_hvd.runner.wire.messages import Role, from_fields
+from airflow_provider_hvd.runner.wire.messages import Role
+from airflow_provider_hvd.runner.wire.records import TaskInfo, as_type, from_fields
 
 _BY_ROLE: dict[Role, type[Hello]] = {}
 
@@ -36,7 +37,10 @@ def parse_hello(data: dict[str, Any]) -> Hello:
 @dataclass(frozen=True)
 class TaskHello(Hello, role=Role.TASK):
     partition: int
-    info: dict[str, Any] = field(default_factory=dict)  # {host, hostname, rsh_port, gpus}
+    info: TaskInfo
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "info", as_type(TaskInfo, self.info))
 
 
 @dataclass(frozen=True)

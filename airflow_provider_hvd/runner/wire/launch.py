@@ -5,7 +5,11 @@ from __future__ import annotations
 
 import dataclasses
 import enum
+import json
+import re
 from dataclasses import dataclass, field
+
+from airflow_provider_hvd.runner.wire.records import DaemonDeath, as_type
 
 
 @dataclass(frozen=True)
@@ -53,9 +57,36 @@ RANK_MAIN_MODULE = "airflow_provider_hvd.runner.rank.main"
 RSH_AGENT_MODULE = "airflow_provider_hvd.runner.barrier.rsh_agent"
 
 # The line mpirun's rsh agent (barrier/rsh_agent.py) writes to mpirun's stderr when the orted it
-# started died of a signal, followed by a JSON {host, signal, code}; barrier/mpi_output.py reads it.
+# started died of a signal, followed by a DaemonDeath as JSON; barrier/mpi_output.py reads it.
 DAEMON_DIED_MARKER = "HVD-MPI-DAEMON-DIED:"
 
 # The one line a barrier task raises when its Python cannot run a rank (barrier/entry.py), followed
-# by a JSON report; driver/worker_diagnosis.py finds it in Spark's job error.
+# by a WorkerReport as JSON; driver/worker_diagnosis.py finds it in Spark's job error.
 WORKER_REPORT_MARKER = "HVD-WORKER-ENVIRONMENT:"
+
+
+@dataclass(frozen=True)
+class WorkerReport:
+    """Why a worker's Python cannot run a rank. barrier/entry.py writes these fields by hand (it may
+    use the standard library only); tests/test_messages.py holds the two to the same names."""
+    problem: str                # "python" (too old) or "import"
+    host: str = "?"
+    python: str = "?"           # the worker's executable
+    version: str = "?"          # its Python version
+    module: str | None = None   # the module it could not find
+    detail: str = ""
+
+
+def marker_line(marker: str, record: DaemonDeath | WorkerReport) -> str:
+    return marker + json.dumps(dataclasses.asdict(record))
+
+
+def find_marked(marker: str, cls: type, text: str):
+    """The first record ``marker`` introduces in ``text`` as ``cls``, or None (none there, or not one)."""
+    found = re.search(re.escape(marker) + r"(\{.*?\})\s*$", text, re.M)
+    if not found:
+        return None
+    try:
+        return as_type(cls, json.loads(found.group(1)))
+    except ValueError:
+        return None

@@ -31,6 +31,8 @@ import enum
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
+from airflow_provider_hvd.runner.wire.records import DaemonDeath, TaskInfo, as_type, from_fields
+
 
 class Role(enum.StrEnum):
     """Who opened a connection (the ``role`` of its hello)."""
@@ -99,13 +101,6 @@ class EventKind(enum.StrEnum):
 # ---- the messages, declared ----------------------------------------------------------------
 
 _BY_OP: dict[Op, type[Message]] = {}
-
-
-def from_fields(cls: type, data: dict[str, Any]) -> Any:
-    """``cls`` from a frame's fields: a field the frame lacks takes its default, one the type does not
-    declare is left out (a peer of a later release may say more)."""
-    names = {f.name for f in dataclasses.fields(cls)}
-    return cls(**{name: value for name, value in data.items() if name in names})
 
 
 @dataclass(frozen=True)
@@ -187,8 +182,7 @@ class Timeline(Message, op=Op.TIMELINE):
 
 @dataclass(frozen=True)
 class Exited(Message, op=Op.EXITED):
-    """A rank process ended. ``daemon``: an Open MPI process (orted or mpirun) died of a signal:
-    {process, host, signal, code}."""
+    """A rank process ended. ``daemon``: the Open MPI process whose death ended it, if one did."""
     rank: int | None = None
     returncode: int | None = None
     host: str | None = None
@@ -196,7 +190,10 @@ class Exited(Message, op=Op.EXITED):
     tail: list[str] = field(default_factory=list)
     signal: str | None = None
     stopped_by_driver: bool = False
-    daemon: dict[str, Any] | None = None
+    daemon: DaemonDeath | None = None
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "daemon", as_type(DaemonDeath, self.daemon))
 
 
 @dataclass(frozen=True)
@@ -206,8 +203,11 @@ class Bye(Message, op=Op.BYE):
 
 @dataclass(frozen=True)
 class Roster(Message, op=Op.ROSTER):
-    """Every barrier task's info ({host, hostname, rsh_port, gpus}), in partition order."""
-    tasks: list[dict[str, Any]] = field(default_factory=list)
+    """Every barrier task's info, in partition order."""
+    tasks: list[TaskInfo] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "tasks", [as_type(TaskInfo, t) for t in self.tasks])
 
 
 @dataclass(frozen=True)
