@@ -221,3 +221,36 @@ def test_undeliverable_timeline_stays_on_the_driver(tmp_path, caplog, no_leftove
         assert_allreduce_events(json.loads(kept.read_bytes()))
     finally:
         kept.unlink()
+
+
+def test_a_timeline_store_that_does_not_answer_is_not_tried_again(tmp_path, caplog, monkeypatch):
+    """Nothing listens at the S3 endpoint (the store is down): its client has retried already, so the
+    complete timeline is kept on the driver at once, not after more attempts of ours that would
+    only delay the run's own error."""
+    import logging
+    import re
+    import socket
+
+    from airflow_provider_hvd.runner.driver.timeline_publisher import TimelinePublisher
+
+    with socket.socket() as probe:  # a loopback port nothing listens on
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    for name, value in {"AWS_ENDPOINT_URL": f"http://127.0.0.1:{port}", "AWS_ACCESS_KEY_ID": "testing",
+                        "AWS_SECRET_ACCESS_KEY": "testing", "AWS_DEFAULT_REGION": "us-east-1",
+                        "AWS_MAX_ATTEMPTS": "1"}.items():
+        monkeypatch.setenv(name, value)
+    fsspec.config.conf.pop("s3", None)
+    publisher = TimelinePublisher("s3://hvd-down/run/timeline.json", 5, 0)
+    publisher.add(b'[\n{"name": "process_name", "ph": "M", "pid": 1},\n{"ph": "B", "ts": 1, "pid": 1},\n')
+    with caplog.at_level(logging.INFO, logger="airflow_provider_hvd.runner"):
+        publisher.finish()
+    said = [r.getMessage() for r in caplog.records]
+    assert not [m for m in said if "retrying" in m], said
+    message = next(m for m in said if "could not write the timeline" in m)
+    assert "s3://hvd-down/run/timeline.json (the store did not answer)" in message, message
+    kept = Path(re.search(r"stays on the driver at (\S+)", message).group(1))
+    try:
+        assert [e["ph"] for e in json.loads(chrome_trace_snapshot(kept.read_bytes()))] == ["M", "B"]
+    finally:
+        kept.unlink()

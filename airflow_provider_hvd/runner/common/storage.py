@@ -13,6 +13,7 @@ Data goes through in blocks, so a multi-GiB file never sits in memory.
 from __future__ import annotations
 
 import contextlib
+import errno
 import io
 import os
 import uuid
@@ -26,6 +27,25 @@ OBJECT_STORE_PROTOCOLS = frozenset({"s3", "s3a", "gs", "gcs", "az", "abfs", "abf
 # Upload part size for streamed writes: S3's minimum part is 5 MiB; s3fs's default (50 MiB)
 # would be that much memory per open upload.
 UPLOAD_BLOCK_BYTES = 8 << 20
+
+
+# What a store's client raises when nothing answered at its address (botocore/aiobotocore, aiohttp,
+# requests): named, so that this module imports none of them.
+_UNREACHABLE_ERRORS = frozenset({"EndpointConnectionError", "ConnectTimeoutError", "ClientConnectorError",
+                                 "ConnectTimeout"})
+_UNREACHABLE_ERRNOS = frozenset({errno.ECONNREFUSED, errno.EHOSTUNREACH, errno.ENETUNREACH, errno.ETIMEDOUT})
+
+
+def store_unreachable(exc: BaseException | None) -> bool:
+    """Whether ``exc`` (or what caused it) says the store did not answer at all: its client has retried
+    already, so another attempt would only delay the caller's error."""
+    seen: set[int] = set()
+    while exc is not None and id(exc) not in seen:
+        seen.add(id(exc))
+        if type(exc).__name__ in _UNREACHABLE_ERRORS or (isinstance(exc, OSError) and exc.errno in _UNREACHABLE_ERRNOS):
+            return True
+        exc = exc.__cause__ or exc.__context__
+    return False
 
 
 def fs_and_path(location: str):

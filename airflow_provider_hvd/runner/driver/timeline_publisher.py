@@ -31,7 +31,7 @@ import threading
 import time
 from collections.abc import Iterator
 
-from airflow_provider_hvd.runner.common.storage import atomic_write_stream, fs_and_path
+from airflow_provider_hvd.runner.common.storage import atomic_write_stream, fs_and_path, store_unreachable
 from airflow_provider_hvd.runner.driver.chrome_trace import closed_body, event_boundary_after, live_view_parts
 
 log = logging.getLogger("airflow_provider_hvd.runner")
@@ -203,6 +203,16 @@ class TimelinePublisher:
                 yield block
         yield closing
 
+    def _keep_on_driver(self, exc: Exception, tried: str) -> None:
+        """Nothing is lost: the staging file is the complete timeline (Horovod's file as rank 0 left
+        it), kept on the driver's disk for the user to copy."""
+        kept = self._staging_path
+        self._staging_path = None
+        log.error("HorovodRunner: could not write the timeline to %s %s: %s. The complete timeline stays on "
+                  "the driver at %s", self.destination, tried, exc, kept)
+        if self.live_destination and self.live_publishes:
+            log.error("HorovodRunner: the timeline's live view stays at %s", self.live_destination)
+
     def finish(self, destination: str | None = None) -> None:
         """Write the complete timeline (also after a failed run), then remove the live view and the staging file.
         ``destination``: somewhere else than the one given at the start (a restarted attempt's)."""
@@ -220,17 +230,10 @@ class TimelinePublisher:
                         atomic_write_stream(self.destination, self._complete_timeline())
                         break
                     except Exception as exc:
-                        if attempt == _FINAL_WRITE_ATTEMPTS:
-                            # Nothing is lost: the staging file is the complete timeline (Horovod's
-                            # file as rank 0 left it), kept on the driver's disk for the user to copy.
-                            kept = self._staging_path
-                            self._staging_path = None
-                            log.error("HorovodRunner: could not write the timeline to %s after %d attempts: %s. "
-                                      "The complete timeline stays on the driver at %s", self.destination,
-                                      attempt, exc, kept)
-                            if self.live_destination and self.live_publishes:
-                                log.error("HorovodRunner: the timeline's live view stays at %s",
-                                          self.live_destination)
+                        unreachable = store_unreachable(exc)
+                        if attempt == _FINAL_WRITE_ATTEMPTS or unreachable:
+                            self._keep_on_driver(exc, "(the store did not answer)" if unreachable
+                                                 else f"after {attempt} attempts")
                             return
                         log.warning("HorovodRunner: writing the timeline to %s failed (%s); retrying",
                                     self.destination, exc)
