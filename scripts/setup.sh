@@ -30,9 +30,12 @@ VENV=${VENV:-.venv}
 PYTHON=${PYTHON:-python3}
 step_name=""
 
-step() { step_name=$1; echo "==> [setup] $1"; }
+# Each step says when it began (seconds into the set-up), so a slow one is seen in CI's log.
+step() { step_name=$1; echo "==> [setup] $1  [${SECONDS} s]"; }
 fail() { echo "setup FAILED at step '$step_name': $1" >&2; exit 1; }
-trap 'rc=$?; [ $rc -ne 0 ] && [ -n "$step_name" ] && echo "setup FAILED at step \"$step_name\" (exit $rc); see the output above" >&2' EXIT
+test_packages=""  # the pid of the test suite's system packages' install, while it runs in the background
+trap 'rc=$?; [ -n "$test_packages" ] && wait "$test_packages"
+      [ $rc -ne 0 ] && [ -n "$step_name" ] && echo "setup FAILED at step \"$step_name\" (exit $rc); see the output above" >&2' EXIT
 
 as_root() { [ "$(id -u)" = 0 ]; }
 
@@ -89,6 +92,24 @@ case "$flavour" in
     tensorflow) with_tf=1 ;;
     *) fail "HVD_FLAVOUR=$flavour is not a flavour: use pytorch (the default) or tensorflow" ;;
 esac
+extras=${HVD_EXTRAS:-airflow,examples,bench,test}
+# This environment trains (it has torch and horovod): the training extra (pyspark) always.
+case ",$extras," in *,training,*) ;; *) extras="training,$extras" ;; esac
+[ "$with_tf" = 1 ] && case ",$extras," in *,tensorflow,*) ;; *) extras="$extras,tensorflow" ;; esac
+
+test_commands() {
+    ensure_commands "PyPy 3.9 (a real worker Python older than 3.11, for the tests), PostgreSQL (Airflow's metadata database in the tests), iproute2 (make cluster's namespaces) or Chromium with chromedriver (the UI test) is" \
+        "$("$PYTHON" scripts/versions.py apt_test)" pypy3 pg_ctlcluster ip nsenter unshare chromium chromedriver
+}
+# The test suite's system packages are mostly download and unpacking: as root they install in the
+# background while torch is installed and horovod builds, and their step below waits for them.
+test_packages_log=$(mktemp)
+case ",$extras," in *,test,*)
+    if as_root && [ "${HVD_PREPARE_ONLY:-0}" != 1 ]; then
+        (step_name="check the test suite's system packages, in the background"; test_commands) > "$test_packages_log" 2>&1 &
+        test_packages=$!
+    fi
+esac
 
 step "install torch $torch_pin and horovod's build requirements"
 # horovod builds without isolation against the torch in this venv, so torch and
@@ -124,10 +145,6 @@ if [ "${HVD_PREPARE_ONLY:-0}" = 1 ]; then
     exit 0
 fi
 
-extras=${HVD_EXTRAS:-airflow,examples,bench,test}
-# This environment trains (it has torch and horovod): the training extra (pyspark) always.
-case ",$extras," in *,training,*) ;; *) extras="training,$extras" ;; esac
-[ "$with_tf" = 1 ] && case ",$extras," in *,tensorflow,*) ;; *) extras="$extras,tensorflow" ;; esac
 step "install airflow-provider-hvd (editable) with extras $extras"
 # The package declares ranges; this project's environments take the exact versions CI proves
 # ([tool.airflow-provider-hvd.pins] in pyproject.toml), as pip constraints.
@@ -149,8 +166,15 @@ sdist_wheels=$(PYTHON="$py" scripts/build_sdist_wheels.sh) || fail "could not bu
 
 case ",$extras," in *,test,*)
     step "check the test suite's system packages"
-    ensure_commands "PyPy 3.9 (a real worker Python older than 3.11, for the tests), PostgreSQL (Airflow's metadata database in the tests), iproute2 (make cluster's namespaces) or Chromium with chromedriver (the UI test) is" \
-        "$("$PYTHON" scripts/versions.py apt_test)" pypy3 pg_ctlcluster ip nsenter unshare chromium chromedriver
+    if [ -n "$test_packages" ]; then
+        status=0
+        wait "$test_packages" || status=$?
+        test_packages=""
+        cat "$test_packages_log"
+        [ $status -eq 0 ] || exit $status  # its own words, above, say what failed
+    else
+        test_commands
+    fi
     step "fetch the Compose Specification schema (tests/test_deploy.py validates docker/compose.yaml)"
     "$py" scripts/fetch_compose_schema.py >/dev/null \
         || echo "    could not fetch it (offline?): tests/test_deploy.py will say so; the rest of the set-up is fine"
@@ -161,5 +185,6 @@ if [ "${HVD_SKIP_CHECK:-0}" != 1 ]; then
     HVD_FLAVOUR=$flavour "$py" scripts/check_env.py || fail "the environment check failed (output above)"
 fi
 step_name=""
+rm -f "$test_packages_log"
 echo "$setup_key" > "$done_stamp"
 echo "==> [setup] done: $VENV is ready (activate with: source $VENV/bin/activate)"
