@@ -407,6 +407,9 @@ HISTORY = [
     ("2026-12-06", "spark-submit's client exits in a thread of the hook's; rank 0's result read through one S3 client",
      "cluster 0.46, deferrable 0.48; paired 0.45, 0.47; client 0.39 (cluster), 0.31 (local[2])",
      "`bench/run.py --only operator --reps 16`"),
+    ("2026-12-07", "message records declared (TaskInfo, DaemonDeath); wire/channel and the timeline publisher split",
+     "A/B back to back on one machine, ratios gloo/mpi/local: before (fe96194) 0.27/0.25/0.19; after 0.24/0.23/0.19 "
+     "and 0.22/0.23/0.16 (the table above is the second)", "`bench/run.py --only launch` on both commits"),
 ]
 
 
